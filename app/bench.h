@@ -1,0 +1,29 @@
+// pinfeed bench: every transfer mode on the same data in the same order, plus two framing rows:
+// gpu_resident (the model stepping on a batch already on the GPU: the compute ceiling) and loader_only
+// (the CPU pipeline with no model: the feed ceiling). Warm-up excluded, repeats interleaved, CUDA-event timing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace pinfeed::app {
+
+struct BenchArgs {
+  std::string config;
+  std::vector<std::string> modes;  // empty: all presets + gpu_resident + loader_only
+  int repeats = 3;
+  int warmup = 20;
+  int steps = 100;
+  std::string out;        // output folder; default runs/bench-<timestamp>
+  std::string reference;  // JSON written by scripts/reference_pytorch.py, shown alongside
+  std::vector<std::string> overrides;
+};
+
+void add_bench_options(CLI::App& command, BenchArgs& args);
+int run_bench(const BenchArgs& args);  // exit code
+
+}  // namespace pinfeed::app

@@ -1,0 +1,114 @@
+// The TOML config: sections [data] [model] [train] [pipeline] [run], parsed into plain option structs.
+// Only app/ sees TOML. Every key is declared once, in config.cpp's key table (type, default, check, help).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "pipeline/options.h"
+
+namespace pinfeed::app {
+
+// A user error in a config file or override; what() starts with "file:line:col: ". Exit code 2.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct DataConfig {
+  std::string root;  // ImageFolder root (ROOT/train/<class>/..., ROOT/val/<class>/...); "~/" is expanded
+  std::string train_split = "train";
+  std::string val_split = "val";
+  int64_t image_size = 224;
+  double val_resize_ratio = 0.875;
+  double scale_min = 0.08;
+  double scale_max = 1.0;
+  bool hflip = true;
+  bool reduced_decode = true;
+  int64_t workers = 0;  // 0: cores - 1
+  int64_t prefetch_batches = 4;
+  std::string on_bad_image = "skip";
+};
+
+struct ModelConfig {
+  std::string arch = "resnet50";
+  int64_t num_classes = 0;  // 0: the number of class folders
+  bool zero_init_residual = true;
+};
+
+struct TrainConfig {
+  int64_t epochs = 90;
+  int64_t batch_size = 256;
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 1e-4;
+  bool decay_bn_and_bias = true;  // false: no weight decay on BN parameters and biases
+  double warmup_epochs = 0;
+  double min_lr = 0;
+  double label_smoothing = 0;
+  std::string precision = "tf32";  // fp32 | tf32 | bf16 (autocast); tf32/bf16 matter on CUDA only
+  bool channels_last = false;
+  bool cudnn_benchmark = true;
+  int64_t seed = 0;
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int64_t max_steps_per_epoch = 0;  // 0: the whole epoch
+  bool eval = true;
+};
+
+struct PipelineConfig {
+  std::string mode;  // a preset, or "" to use the flags below
+  bool pin_memory = false;
+  bool non_blocking = false;
+  std::string prefetch = "none";
+  std::string transfer_dtype = "float32";
+  int64_t pinned_budget_mb = 0;
+  int64_t warmup_steps = 10;  // per epoch, excluded from wait/idle/samples-per-s figures
+};
+
+struct RunConfig {
+  std::string name = "run";
+  std::string dir = "runs";
+  bool log_steps = false;
+  int64_t checkpoint_every = 1;  // epochs
+  double progress_interval_s = 10;  // progress line period when not on a terminal
+};
+
+struct Config {
+  DataConfig data;
+  ModelConfig model;
+  TrainConfig train;
+  PipelineConfig pipeline;
+  RunConfig run;
+  std::string source;                            // the file it came from
+  std::map<std::string, std::string> locations;  // key -> "file:line:col" where it was set
+};
+
+// Parses a file, then applies overrides "section.key=value" (TOML value syntax; a bare word is accepted
+// for string keys), then checks the whole. Throws ConfigError.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config parse_config_string(const std::string& text, const std::string& source_name,
+                           const std::vector<std::string>& overrides = {});
+void apply_override(Config& config, const std::string& assignment);
+void check_config(const Config& config);  // cross-key checks
+
+std::string to_toml(const Config& config);  // the resolved config, every key
+
+struct KeyHelp {
+  std::string name, type, default_value, help;
+};
+std::vector<KeyHelp> config_keys();
+
+// Conversions to the modules' option structs.
+data::TransformOptions transform_options(const Config& c, bool uint8_pixels);
+data::LoaderOptions loader_options(const Config& c, bool train);
+data::BadImagePolicy bad_image_policy(const Config& c);
+pipeline::PipelineOptions pipeline_options(const Config& c);
+std::string expand_user(const std::string& path);
+
+}  // namespace pinfeed::app

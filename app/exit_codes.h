@@ -1,0 +1,15 @@
+#pragma once
+
+namespace pinfeed::app {
+
+// Exit codes of the pinfeed executable (README: "Exit codes").
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailure = 1,      // an unexpected internal error
+  kExitUsage = 2,        // bad command line, config file or option combination
+  kExitData = 3,         // missing dataset, unreadable or corrupt image under on_bad_image = "fail"
+  kExitOutput = 4,       // cannot write the run directory (disk full, permissions)
+  kExitInterrupted = 130,  // SIGINT/SIGTERM: stopped after saving a checkpoint
+};
+
+}  // namespace pinfeed::app

@@ -1,0 +1,131 @@
+// pinfeed: train ResNet-50 from an ImageFolder, generate sample data, benchmark host-to-device modes.
+#include <CLI/CLI.hpp>
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "app/bench.h"
+#include "app/config.h"
+#include "app/exit_codes.h"
+#include "app/run_files.h"
+#include "app/trainer.h"
+#include "data/error.h"
+#include "data/log.h"
+#include "data/synthetic.h"
+#include "pipeline/options.h"
+
+namespace {
+
+using namespace pinfeed;
+
+int print_config_help() {
+  std::printf("Config keys ([section] key = value in TOML; override on the command line as section.key=value):\n\n");
+  for (const auto& k : app::config_keys()) {
+    std::printf("  %-28s %-8s default %-10s %s\n", k.name.c_str(), k.type.c_str(), k.default_value.c_str(), k.help.c_str());
+  }
+  std::printf("\nModes (pipeline.mode or --mode):\n");
+  for (const auto& p : pipeline::mode_presets()) std::printf("  %-20s %s\n", p.name, p.description);
+  return app::kExitOk;
+}
+
+std::vector<std::string> with_cli_overrides(std::vector<std::string> overrides, const std::string& mode,
+                                            const std::string& device) {
+  if (!mode.empty()) overrides.push_back("pipeline.mode=\"" + mode + "\"");
+  if (!device.empty()) overrides.push_back("train.device=\"" + device + "\"");
+  return overrides;
+}
+
+int run(int argc, char** argv) {
+  CLI::App cli{"pinfeed: is the GPU computing, or waiting for data? ResNet-50 training with switchable "
+               "host-to-device transfer modes."};
+  cli.require_subcommand(1);
+  cli.set_version_flag("--version", "pinfeed 0.1.0");
+
+  auto* train = cli.add_subcommand("train", "train ResNet-50 from a TOML config");
+  std::string config_path, mode, device, resume;
+  std::vector<std::string> overrides;
+  train->add_option("--config,-c", config_path, "TOML config file")->required();
+  train->add_option("--mode", mode, "transfer mode preset: " + pipeline::preset_names());
+  train->add_option("--device", device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
+  train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name)");
+  train->add_option("overrides", overrides, "section.key=value, TOML value syntax (e.g. train.lr=0.2 data.root=\"/x\")");
+
+  auto* gen = cli.add_subcommand("gen-data", "write a learnable synthetic ImageFolder of JPEG files");
+  data::SyntheticOptions so;
+  std::string size = "64x64";
+  gen->add_option("--out", so.out, "output root (train/ and val/ go under it)")->required();
+  gen->add_option("--classes", so.classes, "number of classes")->check(CLI::Range(1, 100000));
+  gen->add_option("--train-per-class", so.train_per_class, "training images per class")->check(CLI::Range(0, 10000000));
+  gen->add_option("--val-per-class", so.val_per_class, "validation images per class")->check(CLI::Range(0, 10000000));
+  gen->add_option("--size", size, "image size WxH, e.g. 64x64 or 500x375");
+  gen->add_flag("--photo", so.photo, "ImageNet-like files: textured and noisy (~100-150 KB at 500x375)");
+  gen->add_option("--quality", so.quality, "JPEG quality")->check(CLI::Range(1, 100));
+  gen->add_option("--seed", so.seed, "seed");
+  gen->add_option("--threads", so.threads, "encoder threads (0: all cores)");
+
+  app::BenchArgs bench_args;
+  auto* bench = cli.add_subcommand("bench", "compare transfer modes on the same data: samples/s, wait, GPU idle");
+  app::add_bench_options(*bench, bench_args);
+
+  auto* help = cli.add_subcommand("help", "more help: 'pinfeed help config' lists every config key");
+  std::string topic;
+  help->add_option("topic", topic, "config");
+
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e) == 0 ? app::kExitOk : app::kExitUsage;
+  }
+
+  if (*help) {
+    if (topic == "config") return print_config_help();
+    std::cout << cli.help();
+    return app::kExitOk;
+  }
+  if (*gen) {
+    if (std::sscanf(size.c_str(), "%dx%d", &so.width, &so.height) != 2 || so.width < 8 || so.height < 8) {
+      log::error("--size must be WxH with both at least 8, got '" + size + "'");
+      return app::kExitUsage;
+    }
+    const int64_t n = data::generate_synthetic(so);
+    log::info("wrote " + std::to_string(n) + " images to " + so.out);
+    return app::kExitOk;
+  }
+  if (*bench) return app::run_bench(bench_args);
+
+  app::install_signal_handlers();
+  const app::Config config = app::load_config(config_path, with_cli_overrides(overrides, mode, device));
+  const app::TrainResult result = app::train(config, {resume});
+  if (result.interrupted) return app::kExitInterrupted;
+  if (!result.epochs.empty()) {
+    const auto& e = result.epochs.back();
+    std::printf("final: epoch %lld val_top1 %.4f val_top5 %.4f train_loss %.4f (run %s)\n",
+                static_cast<long long>(e.epoch), e.val_top1, e.val_top5, e.train_loss, result.run_dir.c_str());
+  }
+  return app::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const app::ConfigError& e) {
+    log::error(e.what());
+    return app::kExitUsage;
+  } catch (const DataError& e) {
+    log::error(e.what());
+    return app::kExitData;
+  } catch (const app::OutputError& e) {
+    log::error(std::string(e.what()) + " (nothing written before this point was changed)");
+    return app::kExitOutput;
+  } catch (const c10::Error& e) {
+    log::error(std::string("LibTorch: ") + e.what_without_backtrace());
+    return app::kExitFailure;
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    return app::kExitFailure;
+  }
+}

@@ -1,0 +1,44 @@
+// SGD with momentum (optionally Nesterov) and decoupled parameter groups (weight decay on or off), stepping
+// every tensor of a group with one fused kernel (at::_fused_sgd_, as torch.optim.SGD(fused=True)) instead of
+// a handful of small kernels per parameter.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pinfeed::app {
+
+struct SgdOptions {
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0;
+};
+
+class Sgd {
+ public:
+  // named: (name, parameter). Names listed in no_decay get weight decay 0.
+  Sgd(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::vector<std::string>& no_decay,
+      SgdOptions options);
+
+  void zero_grad();  // sets gradients to None (frees them), as torch's default
+  void step(double lr);
+
+  // Momentum buffers by parameter name, for checkpoints; empty before the first step.
+  std::map<std::string, at::Tensor> state() const;
+  void load_state(const std::map<std::string, at::Tensor>& state);
+
+ private:
+  struct Group {
+    double weight_decay = 0;
+    std::vector<std::string> names;
+    std::vector<at::Tensor> params, buffers;
+  };
+  std::vector<Group> groups_;
+  SgdOptions options_;
+  bool started_ = false;
+};
+
+}  // namespace pinfeed::app

@@ -1,0 +1,157 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "data/error.h"
+#include "data/sample_rng.h"
+
+namespace pinfeed::data {
+
+int default_workers() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 1 ? static_cast<int>(cores) - 1 : 1;
+}
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, BatchArena* arena)
+    : dataset_(std::move(dataset)), options_(options), arena_(arena) {
+  if (options_.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1");
+  if (options_.prefetch_batches < 1) throw std::invalid_argument("prefetch_batches must be >= 1");
+  if (dataset_->size() == 0) throw DataError("dataset " + dataset_->folder().root + " is empty");
+  if (batches_per_epoch() == 0) {
+    throw DataError("dataset " + dataset_->folder().root + " has " + std::to_string(dataset_->size()) +
+                    " samples, fewer than one batch of " + std::to_string(options_.batch_size));
+  }
+  const int n = options_.workers > 0 ? options_.workers : default_workers();
+  threads_.reserve(n);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+Loader::~Loader() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    tasks_.clear();
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+int64_t Loader::batches_per_epoch() const {
+  const int64_t n = dataset_->size(), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  abandon_locked(lock);
+  epoch_ = epoch;
+  order_.resize(dataset_->size());
+  std::iota(order_.begin(), order_.end(), int64_t{0});
+  if (options_.shuffle) {  // Fisher-Yates with our own generator: the same order on every platform
+    SampleRng rng(stream_seed(options_.seed, static_cast<uint64_t>(epoch), 0, 0x5EED));
+    for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i) std::swap(order_[i], order_[rng.below(i + 1)]);
+  }
+  end_batch_ = batches_per_epoch();
+  next_to_open_ = std::clamp<int64_t>(first_batch, 0, end_batch_);
+  fill_window_locked();
+}
+
+void Loader::abandon_locked(std::unique_lock<std::mutex>& lock) {
+  tasks_.clear();
+  done_cv_.wait(lock, [&] { return active_ == 0; });
+  for (auto& p : window_) arena_->release(p->batch.slot, nullptr);
+  window_.clear();
+}
+
+bool Loader::open_batch_locked(int slot) {
+  auto p = std::make_unique<Pending>();
+  const int64_t b = next_to_open_++;
+  const int64_t begin = b * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, dataset_->size());
+  p->batch.index = b;
+  p->batch.size = end - begin;
+  p->batch.slot = slot;
+  p->batch.memory = arena_->memory(slot);
+  p->remaining = static_cast<int>(end - begin);
+  for (int64_t i = begin; i < end; ++i) tasks_.push_back({p.get(), i - begin, order_[i]});
+  window_.push_back(std::move(p));
+  return true;
+}
+
+void Loader::fill_window_locked() {
+  bool opened = false;
+  while (next_to_open_ < end_batch_ && static_cast<int>(window_.size()) < options_.prefetch_batches) {
+    auto slot = arena_->try_acquire();
+    if (!slot) break;
+    opened = open_batch_locked(*slot);
+  }
+  if (opened) work_cv_.notify_all();
+}
+
+std::optional<Batch> Loader::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  fill_window_locked();
+  if (window_.empty()) {
+    if (next_to_open_ >= end_batch_) return std::nullopt;
+    // Every slot is still being read (or copied) by the consumer: wait for the oldest to free up.
+    lock.unlock();
+    auto slot = arena_->acquire();
+    lock.lock();
+    if (!slot) throw std::logic_error("loader: every arena slot is held by the consumer; recycle batches");
+    open_batch_locked(*slot);
+    work_cv_.notify_all();
+  }
+  Pending* front = window_.front().get();
+  done_cv_.wait(lock, [&] { return front->remaining == 0; });
+  std::unique_ptr<Pending> done = std::move(window_.front());
+  window_.pop_front();
+  fill_window_locked();  // keep the workers busy while the consumer computes
+  if (done->error) {
+    arena_->release(done->batch.slot, nullptr);
+    std::rethrow_exception(done->error);
+  }
+  return done->batch;
+}
+
+void Loader::recycle(const Batch& batch, std::shared_ptr<Fence> fence) { arena_->release(batch.slot, std::move(fence)); }
+
+void Loader::worker_loop() {
+  DecodeScratch scratch;
+  const size_t image_bytes = dataset_->image_bytes();
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+    if (stop_) return;
+    Task task = tasks_.front();
+    tasks_.pop_front();
+    ++active_;
+    const int64_t epoch = epoch_;
+    lock.unlock();
+
+    int bad = 0;
+    std::exception_ptr error;
+    Batch& b = task.pending->batch;
+    try {
+      auto* dst = static_cast<uint8_t*>(b.memory.images) + task.position * image_bytes;
+      bad = dataset_->load(task.sample, options_.seed, epoch, dst, b.memory.labels + task.position, scratch);
+    } catch (const DataError&) {
+      error = std::current_exception();
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(
+          DataError("worker failed on " + dataset_->folder().samples[task.sample].path + ": " + e.what()));
+    } catch (...) {
+      error = std::make_exception_ptr(
+          DataError("worker failed on " + dataset_->folder().samples[task.sample].path + ": unknown error"));
+    }
+
+    lock.lock();
+    --active_;
+    task.pending->batch.bad_images += bad;
+    if (error && !task.pending->error) task.pending->error = error;
+    if (--task.pending->remaining == 0 || active_ == 0) done_cv_.notify_all();
+  }
+}
+
+}  // namespace pinfeed::data

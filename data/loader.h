@@ -1,0 +1,94 @@
+// A pool of worker threads that decode and augment samples straight into batch slots of a BatchArena,
+// keeps a bounded number of batches in flight, and hands them out in order. The pool lives across epochs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "data/batch_arena.h"
+#include "data/dataset.h"
+
+namespace pinfeed::data {
+
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  int workers = 0;           // 0: one per core, less one for the training thread
+  int prefetch_batches = 4;  // batches decoded ahead of the consumer
+  bool shuffle = true;       // reshuffled every epoch from (seed, epoch)
+  bool drop_last = true;     // drop a final partial batch
+  uint64_t seed = 0;
+};
+
+int default_workers();
+
+struct Batch {
+  int64_t index = -1;  // position within the epoch
+  int64_t size = 0;    // samples in it (<= batch_size for a final partial batch)
+  int slot = -1;       // arena slot holding it
+  BatchMemory memory;
+  int bad_images = 0;  // samples that were replaced
+};
+
+class Loader {
+ public:
+  Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, BatchArena* arena);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  int64_t batches_per_epoch() const;
+  int workers() const { return static_cast<int>(threads_.size()); }
+  const Dataset& dataset() const { return *dataset_; }
+  const LoaderOptions& options() const { return options_; }
+
+  // Starts (or restarts) an epoch at batch `first_batch`; abandons batches still in flight.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  // The next batch in order, waiting for it if needed; nullopt once the epoch is done. Rethrows a worker's
+  // exception (it names the sample's path).
+  std::optional<Batch> next();
+  // Gives a batch's slot back; it is reused once `fence` (if any) says its last reader finished.
+  void recycle(const Batch& batch, std::shared_ptr<Fence> fence = nullptr);
+
+ private:
+  struct Pending {
+    Batch batch;
+    int remaining = 0;
+    std::exception_ptr error;
+  };
+  struct Task {
+    Pending* pending;
+    int64_t position;  // within the batch
+    int64_t sample;    // dataset index
+  };
+
+  void worker_loop();
+  bool open_batch_locked(int slot);
+  void fill_window_locked();
+  void abandon_locked(std::unique_lock<std::mutex>& lock);
+
+  std::shared_ptr<const Dataset> dataset_;
+  LoaderOptions options_;
+  BatchArena* arena_;
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_;   // workers: a task or stop
+  std::condition_variable done_cv_;   // consumer: a batch finished, or workers went idle
+  std::vector<int64_t> order_;        // this epoch's sample order
+  int64_t epoch_ = 0;
+  int64_t next_to_open_ = 0;          // batch index
+  int64_t end_batch_ = 0;
+  std::deque<std::unique_ptr<Pending>> window_;  // opened batches, in order
+  std::deque<Task> tasks_;
+  int active_ = 0;  // tasks being worked on
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace pinfeed::data

@@ -1,0 +1,215 @@
+#include "data/transforms.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+namespace pinfeed::data {
+
+size_t bytes_per_image(PixelFormat format, int size) {
+  const size_t pixels = static_cast<size_t>(size) * size * 3;
+  return format == PixelFormat::kFloat32Chw ? pixels * sizeof(float) : pixels;
+}
+
+CropBox sample_train_crop(int width, int height, const TransformOptions& o, SampleRng& rng) {
+  CropBox box;
+  const double area = static_cast<double>(width) * height;
+  const double log_lo = std::log(o.ratio_min), log_hi = std::log(o.ratio_max);
+  bool found = false;
+  for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+    const double target = area * rng.uniform(o.scale_min, o.scale_max);
+    const double aspect = std::exp(rng.uniform(log_lo, log_hi));
+    const int w = static_cast<int>(std::lround(std::sqrt(target * aspect)));
+    const int h = static_cast<int>(std::lround(std::sqrt(target / aspect)));
+    if (w > 0 && h > 0 && w <= width && h <= height) {
+      box = {static_cast<int>(rng.below(width - w + 1)), static_cast<int>(rng.below(height - h + 1)), w, h};
+      found = true;
+    }
+  }
+  if (!found) {  // torchvision's fallback: the central crop clamped to the ratio range
+    const double in_ratio = static_cast<double>(width) / height;
+    int w = width, h = height;
+    if (in_ratio < o.ratio_min) {
+      h = static_cast<int>(std::lround(w / o.ratio_min));
+    } else if (in_ratio > o.ratio_max) {
+      w = static_cast<int>(std::lround(h * o.ratio_max));
+    }
+    w = std::clamp(w, 1, width);
+    h = std::clamp(h, 1, height);
+    box = {(width - w) / 2, (height - h) / 2, w, h};
+  }
+  box.flip = o.hflip && rng.uniform() < 0.5;
+  return box;
+}
+
+CropBox val_crop(int width, int height, const TransformOptions& o) {
+  const double resized_short = std::floor(o.size / o.val_resize_ratio);
+  const double scale = resized_short / std::min(width, height);
+  const int side_w = std::clamp(static_cast<int>(std::lround(o.size / scale)), 1, width);
+  const int side_h = std::clamp(static_cast<int>(std::lround(o.size / scale)), 1, height);
+  return {(width - side_w) / 2, (height - side_h) / 2, side_w, side_h, false};
+}
+
+namespace {
+
+uint32_t be16(const uint8_t* p) { return (uint32_t(p[0]) << 8) | p[1]; }
+uint32_t be32(const uint8_t* p) { return (be16(p) << 16) | be16(p + 2); }
+
+bool peek_jpeg(const uint8_t* d, size_t n, int* w, int* h) {
+  size_t i = 2;
+  while (i + 9 < n) {
+    if (d[i] != 0xFF) return false;
+    const uint8_t marker = d[i + 1];
+    if (marker == 0xFF) { ++i; continue; }  // fill byte
+    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (sof) {
+      *h = static_cast<int>(be16(d + i + 5));
+      *w = static_cast<int>(be16(d + i + 7));
+      return *w > 0 && *h > 0;
+    }
+    if (marker == 0xD8 || (marker >= 0xD0 && marker <= 0xD7)) { i += 2; continue; }
+    i += 2 + be16(d + i + 2);
+  }
+  return false;
+}
+
+// Picks the largest libjpeg DCT scale-down (8, 4, 2) that keeps the crop at least `size` on both sides.
+int reduction_for(const CropBox& box, int size) {
+  for (int r : {8, 4, 2}) {
+    if (box.w / r >= size && box.h / r >= size) return r;
+  }
+  return 1;
+}
+
+int imread_flags(int reduction) {
+  // IGNORE_ORIENTATION: header sizes and crops refer to the stored pixels; torchvision's PIL loader also
+  // ignores EXIF orientation.
+  const int base = cv::IMREAD_IGNORE_ORIENTATION;
+  switch (reduction) {
+    case 8: return base | cv::IMREAD_REDUCED_COLOR_8;
+    case 4: return base | cv::IMREAD_REDUCED_COLOR_4;
+    case 2: return base | cv::IMREAD_REDUCED_COLOR_2;
+    default: return base | cv::IMREAD_COLOR;
+  }
+}
+
+// BGR uint8 (S, S, 3) -> the batch slot, flipping on the way when asked.
+void write_pixels(const cv::Mat& bgr, bool flip, const TransformOptions& o, void* dst) {
+  const int s = o.size;
+  if (o.format == PixelFormat::kUint8Hwc) {
+    auto* out = static_cast<uint8_t*>(dst);
+    for (int y = 0; y < s; ++y) {
+      const uint8_t* row = bgr.ptr<uint8_t>(y);
+      uint8_t* orow = out + static_cast<size_t>(y) * s * 3;
+      for (int x = 0; x < s; ++x) {
+        const uint8_t* px = row + 3 * (flip ? s - 1 - x : x);
+        orow[3 * x + 0] = px[2];
+        orow[3 * x + 1] = px[1];
+        orow[3 * x + 2] = px[0];
+      }
+    }
+    return;
+  }
+  auto* out = static_cast<float*>(dst);
+  const size_t plane = static_cast<size_t>(s) * s;
+  float scale[3], shift[3];  // (v / 255 - mean) / std  ==  v * scale + shift
+  for (int c = 0; c < 3; ++c) {
+    scale[c] = 1.0f / (255.0f * o.std[c]);
+    shift[c] = -o.mean[c] / o.std[c];
+  }
+  for (int y = 0; y < s; ++y) {
+    const uint8_t* row = bgr.ptr<uint8_t>(y);
+    float* r = out + static_cast<size_t>(y) * s;
+    float* g = r + plane;
+    float* b = g + plane;
+    for (int x = 0; x < s; ++x) {
+      const uint8_t* px = row + 3 * (flip ? s - 1 - x : x);
+      r[x] = px[2] * scale[0] + shift[0];
+      g[x] = px[1] * scale[1] + shift[1];
+      b[x] = px[0] * scale[2] + shift[2];
+    }
+  }
+}
+
+}  // namespace
+
+bool peek_image_size(const uint8_t* d, size_t n, int* w, int* h) {
+  if (n >= 4 && d[0] == 0xFF && d[1] == 0xD8) return peek_jpeg(d, n, w, h);
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (n >= 24 && std::memcmp(d, kPng, 8) == 0) {
+    *w = static_cast<int>(be32(d + 16));
+    *h = static_cast<int>(be32(d + 20));
+    return *w > 0 && *h > 0;
+  }
+  return false;
+}
+
+bool jpeg_looks_truncated(const uint8_t* d, size_t n) {
+  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
+  // Inside entropy-coded data 0xFF is always followed by 0x00 or a restart marker, so FF D9 near the end
+  // can only be the end-of-image marker (some writers append a few bytes after it).
+  const size_t from = n > 1024 ? n - 1024 : 0;
+  for (size_t i = n - 2; i + 1 > from; --i) {
+    if (d[i] == 0xFF && d[i + 1] == 0xD9) return false;
+    if (i == 0) break;
+  }
+  return true;
+}
+
+void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& o, SampleRng& rng,
+                 DecodeScratch& scratch, void* dst) {
+  if (jpeg_looks_truncated(file, file_size)) throw std::runtime_error("truncated JPEG (no end-of-image marker)");
+  const cv::Mat bytes(1, static_cast<int>(file_size), CV_8UC1, const_cast<uint8_t*>(file));
+  int width = 0, height = 0;
+  const bool known = peek_image_size(file, file_size, &width, &height);
+  CropBox box;
+  int reduction = 1;
+  if (known) {
+    box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
+    if (o.reduced_decode && file[0] == 0xFF) reduction = reduction_for(box, o.size);
+  }
+  // Not imdecode(..., &dst): on failure it returns dst untouched, i.e. the previous sample's image.
+  scratch.decoded = cv::imdecode(bytes, imread_flags(reduction));
+  if (scratch.decoded.empty()) throw std::runtime_error("cannot decode image data");
+  if (!known) {  // unusual header: decode fully first, then draw the crop from the real size
+    width = scratch.decoded.cols;
+    height = scratch.decoded.rows;
+    box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
+  } else if (reduction == 1 && (scratch.decoded.cols != width || scratch.decoded.rows != height)) {
+    throw std::runtime_error("image header size disagrees with decoded size");
+  }
+  // Map the box into the (possibly reduced) decoded image.
+  cv::Rect roi(box.x / reduction, box.y / reduction, std::max(1, box.w / reduction),
+               std::max(1, box.h / reduction));
+  roi &= cv::Rect(0, 0, scratch.decoded.cols, scratch.decoded.rows);
+  if (roi.empty()) throw std::runtime_error("empty crop");
+  cv::resize(scratch.decoded(roi), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
+  write_pixels(scratch.resized, box.flip, o, dst);
+}
+
+void read_file(const std::string& path, std::vector<uint8_t>& out) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error(std::string("cannot open: ") + std::strerror(errno));
+  std::fseek(f, 0, SEEK_END);
+  const long size = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  if (size < 0) {
+    std::fclose(f);
+    throw std::runtime_error("cannot size file");
+  }
+  out.resize(static_cast<size_t>(size));
+  const size_t got = size ? std::fread(out.data(), 1, out.size(), f) : 0;
+  const int err = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (got != out.size()) throw std::runtime_error(std::string("short read: ") + (err ? std::strerror(err) : "EOF"));
+  if (out.empty()) throw std::runtime_error("empty file");
+}
+
+}  // namespace pinfeed::data

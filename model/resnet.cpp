@@ -1,0 +1,99 @@
+#include "model/resnet.h"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/init.h>
+
+namespace pinfeed::model {
+namespace {
+
+namespace F = torch::nn::functional;
+
+torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+  return torch::nn::Conv2d(
+      torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
+}
+
+}  // namespace
+
+BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride) {
+  const int64_t out_planes = planes * kExpansion;
+  conv1 = register_module("conv1", conv(in_planes, planes, 1, 1));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
+  conv2 = register_module("conv2", conv(planes, planes, 3, stride));  // v1.5: stride here, not on conv1
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
+  conv3 = register_module("conv3", conv(planes, out_planes, 1, 1));
+  bn3 = register_module("bn3", torch::nn::BatchNorm2d(out_planes));
+  if (stride != 1 || in_planes != out_planes) {
+    downsample = register_module(
+        "downsample", torch::nn::Sequential(conv(in_planes, out_planes, 1, stride),
+                                            torch::nn::BatchNorm2d(out_planes)));
+  }
+}
+
+torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
+  auto out = F::relu(bn1(conv1(x)), F::ReLUFuncOptions().inplace(true));
+  out = F::relu(bn2(conv2(out)), F::ReLUFuncOptions().inplace(true));
+  out = bn3(conv3(out));
+  out += downsample ? downsample->forward(x) : x;
+  return F::relu(out, F::ReLUFuncOptions().inplace(true));
+}
+
+ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options) {
+  conv1 = register_module("conv1", conv(3, 64, 7, 2));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
+  layer1 = register_module("layer1", make_layer(64, layers[0], 1));
+  layer2 = register_module("layer2", make_layer(128, layers[1], 2));
+  layer3 = register_module("layer3", make_layer(256, layers[2], 2));
+  layer4 = register_module("layer4", make_layer(512, layers[3], 2));
+  fc = register_module("fc", torch::nn::Linear(512 * BottleneckImpl::kExpansion, options.num_classes));
+  init_weights(options.zero_init_residual);
+}
+
+torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
+  torch::nn::Sequential layer;
+  for (int64_t i = 0; i < blocks; ++i) {
+    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1));
+    in_planes_ = planes * BottleneckImpl::kExpansion;
+  }
+  return layer;
+}
+
+void ResNetImpl::init_weights(bool zero_init_residual) {
+  torch::NoGradGuard no_grad;
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* c = m->as<torch::nn::Conv2d>()) {
+      torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = m->as<torch::nn::BatchNorm2d>()) {
+      torch::nn::init::ones_(bn->weight);
+      torch::nn::init::zeros_(bn->bias);
+    }
+  }
+  if (zero_init_residual) {  // after the loop above, which would set these BN weights back to one
+    for (auto& m : modules(false)) {
+      if (auto* b = m->as<Bottleneck>()) torch::nn::init::zeros_(b->bn3->weight);
+    }
+  }
+  // fc keeps torch's default Linear init (uniform +-1/sqrt(fan_in)), as torchvision does.
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  x = F::relu(bn1(conv1(x)), F::ReLUFuncOptions().inplace(true));
+  x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+  x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
+  x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
+  return fc(x);
+}
+
+ResNet resnet50(const ResNetOptions& options) {
+  const int64_t layers[4] = {3, 4, 6, 3};
+  return ResNet(layers, options);
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace pinfeed::model

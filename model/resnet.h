@@ -1,0 +1,58 @@
+// ResNet-50 (torchvision v1.5: stride on the 3x3 conv of each Bottleneck), with torchvision's parameter names
+// (conv1, bn1, layer1.0.conv1, layer1.0.downsample.0, fc) so that state dicts map one to one.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+
+namespace pinfeed::model {
+
+struct ResNetOptions {
+  int64_t num_classes = 1000;
+  // Zero-initialise the last BN of each residual branch so every block starts as the identity:
+  // +0.2-0.3% top-1 on ImageNet (Goyal et al. 2017, "Accurate, Large Minibatch SGD").
+  bool zero_init_residual = false;
+};
+
+class BottleneckImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential downsample{nullptr};  // conv 1x1 + BN when shape changes, else empty
+};
+TORCH_MODULE(Bottleneck);
+
+class ResNetImpl : public torch::nn::Module {
+ public:
+  ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options);
+  torch::Tensor forward(torch::Tensor x);  // (B, 3, H, W) float -> (B, num_classes) logits
+
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
+  torch::nn::Linear fc{nullptr};
+
+ private:
+  torch::nn::Sequential make_layer(int64_t planes, int64_t blocks, int64_t stride);
+  void init_weights(bool zero_init_residual);
+  int64_t in_planes_ = 64;
+};
+TORCH_MODULE(ResNet);
+
+ResNet resnet50(const ResNetOptions& options = {});
+
+// Number of scalar parameters (trainable weights; BN running statistics excluded).
+int64_t count_parameters(const torch::nn::Module& module);
+
+}  // namespace pinfeed::model

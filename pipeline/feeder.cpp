@@ -1,0 +1,173 @@
+#include "pipeline/feeder.h"
+
+#include <ATen/ops/tensor.h>
+#include <c10/core/StreamGuard.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "data/log.h"
+
+namespace pinfeed::pipeline {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A slot's fence: the CUDA event recorded after the copy that read it.
+class EventFence : public data::Fence {
+ public:
+  explicit EventFence(std::shared_ptr<gpu::Event> event) : event_(std::move(event)) {}
+  bool ready() override { return event_->query(); }
+  void wait() override { event_->synchronize(); }
+
+ private:
+  std::shared_ptr<gpu::Event> event_;
+};
+
+}  // namespace
+
+Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
+               PipelineOptions options, FeederOptions feeder_options)
+    : options_(options), feeder_options_(feeder_options), cuda_(feeder_options.device.is_cuda()) {
+  const std::string problem = check_options(options_, cuda_);
+  if (!problem.empty()) throw std::invalid_argument(problem);
+  const int slots = feeder_options_.ring_slots > 0 ? feeder_options_.ring_slots : loader_options.prefetch_batches + 2;
+  make_ring(*dataset, loader_options.batch_size, slots);
+  loader_ = std::make_unique<data::Loader>(std::move(dataset), loader_options, ring_.get());
+  if (cuda_ && options_.prefetch == Prefetch::kDualStream) copy_stream_ = gpu::new_stream(feeder_options_.device);
+  const auto& t = loader_->dataset().transform();
+  if (options_.transfer_dtype == TransferDtype::kUint8) {
+    mean_ = at::tensor({t.mean[0] * 255.f, t.mean[1] * 255.f, t.mean[2] * 255.f}).view({1, 3, 1, 1});
+    inv_std_ = at::tensor({1 / (t.std[0] * 255.f), 1 / (t.std[1] * 255.f), 1 / (t.std[2] * 255.f)}).view({1, 3, 1, 1});
+    mean_ = mean_.to(feeder_options_.device);
+    inv_std_ = inv_std_.to(feeder_options_.device);
+  }
+}
+
+Feeder::~Feeder() {
+  ahead_.reset();
+  loader_.reset();  // joins the workers before the ring's memory goes
+}
+
+void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slots) {
+  const int s = dataset.transform().size;
+  const bool u8 = options_.transfer_dtype == TransferDtype::kUint8;
+  const std::vector<int64_t> shape = u8 ? std::vector<int64_t>{s, s, 3} : std::vector<int64_t>{3, s, s};
+  const auto dtype = u8 ? c10::kByte : c10::kFloat;
+  if (options_.pin_memory) {
+    const int64_t want = ring_bytes(slots, batch_size, dataset.image_bytes());
+    const int64_t budget_mb = options_.pinned_budget_mb > 0 ? options_.pinned_budget_mb : default_pinned_budget_mb();
+    std::string why;
+    if (want > budget_mb * (int64_t{1} << 20)) {
+      why = "the ring needs " + std::to_string(want >> 20) + " MB, over pipeline.pinned_budget_mb = " +
+            std::to_string(budget_mb);
+    } else {
+      try {
+        ring_ = std::make_unique<HostRing>(slots, batch_size, shape, dtype, /*pinned=*/true);
+        return;
+      } catch (const std::exception& e) {
+        why = std::string("page-locked allocation failed: ") + e.what();
+      }
+    }
+    log::warn("pinned memory unavailable (" + why + "); falling back to mode pageable");
+    options_.pin_memory = options_.non_blocking = false;
+    options_.prefetch = Prefetch::kNone;
+  }
+  ring_ = std::make_unique<HostRing>(slots, batch_size, shape, dtype, /*pinned=*/false);
+}
+
+void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
+  if (ahead_) {  // an abandoned dual_stream batch: its copy must finish before its slot is reused
+    ahead_ready_->synchronize();
+    ahead_.reset();
+  }
+  if (held_) {
+    loader_->recycle(*held_);
+    held_.reset();
+  }
+  loader_->start_epoch(epoch, first_batch);
+}
+
+at::Tensor Feeder::to_model_layout(at::Tensor images) const {
+  if (options_.transfer_dtype == TransferDtype::kUint8) {
+    // (B, S, S, 3) uint8 -> (B, 3, S, S) float: the permuted view already has channels_last strides.
+    images = images.permute({0, 3, 1, 2}).to(c10::kFloat).sub_(mean_).mul_(inv_std_);
+    return feeder_options_.channels_last ? images : images.contiguous();
+  }
+  return feeder_options_.channels_last ? images.contiguous(c10::MemoryFormat::ChannelsLast) : images;
+}
+
+std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
+  auto batch = loader_->next();
+  if (!batch) return std::nullopt;
+  DeviceBatch out;
+  out.index = batch->index;
+  out.size = batch->size;
+  out.bad_images = batch->bad_images;
+  at::Tensor host_images = ring_->images(batch->slot).narrow(0, 0, batch->size);
+  at::Tensor host_labels = ring_->labels(batch->slot).narrow(0, 0, batch->size);
+  if (!cuda_) {  // the model reads the ring slot directly; it is recycled at the next call
+    out.images = to_model_layout(host_images);
+    out.labels = host_labels;
+    held_ = batch;
+    return out;
+  }
+  c10::StreamGuard guard(*stream);  // device tensors are allocated on, and copied by, this stream
+  out.h2d_begin = std::make_shared<gpu::Event>();
+  out.h2d_end = std::make_shared<gpu::Event>();
+  out.h2d_begin->record(*stream);
+  out.images = host_images.to(feeder_options_.device, options_.non_blocking);
+  out.labels = host_labels.to(feeder_options_.device, options_.non_blocking);
+  out.h2d_end->record(*stream);
+  loader_->recycle(*batch, std::make_shared<EventFence>(out.h2d_end));
+  out.images = to_model_layout(out.images);
+  return out;
+}
+
+std::optional<DeviceBatch> Feeder::next() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (held_) {
+    loader_->recycle(*held_);
+    held_.reset();
+  }
+  std::optional<DeviceBatch> out;
+  if (!cuda_ || options_.prefetch == Prefetch::kNone) {
+    if (cuda_) {
+      const c10::Stream compute = gpu::current_stream(feeder_options_.device);
+      out = transfer(&compute);
+    } else {
+      out = transfer(nullptr);
+    }
+  } else {
+    // dual_stream: the batch issued last call becomes current; the compute stream (not the host) waits for its
+    // copy, and the next batch's copy is issued on the copy stream before the caller starts computing.
+    const c10::Stream compute = gpu::current_stream(feeder_options_.device);
+    if (!ahead_) {
+      ahead_ = transfer(&*copy_stream_);
+      if (ahead_) {
+        ahead_ready_ = std::make_shared<gpu::Event>();
+        ahead_ready_->record(*copy_stream_);
+      }
+    }
+    if (ahead_) {
+      out = std::move(ahead_);
+      ahead_.reset();
+      ahead_ready_->block(compute);
+      // Allocated on the copy stream, used on the compute stream: keep the caching allocator from
+      // handing these blocks out again before the compute stream is done with them.
+      out->images.record_stream(compute);
+      out->labels.record_stream(compute);
+      ahead_ = transfer(&*copy_stream_);
+      if (ahead_) {
+        ahead_ready_ = std::make_shared<gpu::Event>();
+        ahead_ready_->record(*copy_stream_);
+      }
+    }
+  }
+  if (out) out->wait_ms = ms_since(t0);
+  return out;
+}
+
+}  // namespace pinfeed::pipeline

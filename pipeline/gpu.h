@@ -1,0 +1,54 @@
+// The one door to CUDA for code outside pipeline/cuda/: no CUDA types here. Built against a LibTorch
+// without CUDA, every call that needs a device throws (see gpu_stub.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pinfeed::gpu {
+
+bool compiled_with_cuda();
+bool available();  // compiled with CUDA and a device is present
+
+// A CUDA event with timing enabled. Not copyable: share it through a shared_ptr.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(const c10::Stream& stream);
+  void block(const c10::Stream& stream);  // `stream` waits for this event; the host does not
+  bool query() const;                     // recorded work finished (true if never recorded)
+  void synchronize() const;
+  double elapsed_ms(const Event& later) const;  // both recorded and complete
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+c10::Stream current_stream(c10::Device device);
+c10::Stream new_stream(c10::Device device);  // a stream from LibTorch's pool, not the default one
+void synchronize(const c10::Stream& stream);
+
+// Page-locked host memory of exactly numel * itemsize bytes (cudaHostAlloc, freed with the tensor), so that
+// the bytes pinned are the bytes asked for (LibTorch's caching host allocator rounds up to powers of two).
+at::Tensor pinned_empty(const std::vector<int64_t>& shape, c10::ScalarType dtype);
+
+struct DeviceInfo {
+  std::string name;
+  std::string driver;     // e.g. "13.0" (driver API version)
+  std::string runtime;    // CUDA runtime version
+  int64_t total_memory = 0;
+};
+DeviceInfo device_info(int index);
+
+}  // namespace pinfeed::gpu

@@ -1,0 +1,50 @@
+// How each batch crosses from host to device: the flags, the five named presets the comparison table
+// compares, and which combinations can work.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pinfeed::pipeline {
+
+enum class Prefetch { kNone, kDualStream };
+enum class TransferDtype { kFloat32, kUint8 };
+
+struct PipelineOptions {
+  bool pin_memory = false;       // workers write into page-locked buffers of a fixed ring
+  bool non_blocking = false;     // .to(device, non_blocking)
+  Prefetch prefetch = Prefetch::kNone;  // dual_stream: next batch copies on its own stream during compute
+  TransferDtype transfer_dtype = TransferDtype::kFloat32;  // uint8: raw pixels, normalised on the device
+  int64_t pinned_budget_mb = 0;  // cap on page-locked bytes; 0: 30% of physical RAM
+};
+
+struct ModePreset {
+  const char* name;
+  bool pin_memory;
+  bool non_blocking;
+  Prefetch prefetch;
+  const char* description;
+};
+
+// pageable, pinned, non_blocking, pinned_non_blocking, dual_stream: in the table's order.
+const std::vector<ModePreset>& mode_presets();
+const ModePreset* find_preset(const std::string& name);
+std::string preset_names();  // "pageable | pinned | ..." for messages
+void apply_preset(const ModePreset& preset, PipelineOptions& options);
+
+// The preset these flags amount to, or "custom".
+std::string mode_name(const PipelineOptions& options);
+
+// Empty when the combination can run on this device; else a message naming the flag at fault.
+std::string check_options(const PipelineOptions& options, bool device_is_cuda);
+
+const char* to_string(Prefetch p);
+const char* to_string(TransferDtype d);
+std::optional<Prefetch> parse_prefetch(const std::string& s);
+std::optional<TransferDtype> parse_transfer_dtype(const std::string& s);
+
+int64_t default_pinned_budget_mb();  // 30% of physical RAM
+
+}  // namespace pinfeed::pipeline

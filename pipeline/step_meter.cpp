@@ -1,0 +1,139 @@
+#include "pipeline/step_meter.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pinfeed::pipeline {
+
+double idle_fraction(const std::vector<Span>& spans) {
+  if (spans.empty()) return kNotApplicable;
+  double busy = 0;
+  for (const auto& s : spans) busy += s.end_ms - s.begin_ms;
+  const double window = spans.back().end_ms - spans.front().begin_ms;
+  if (window <= 0) return 0;
+  return std::clamp(1.0 - busy / window, 0.0, 1.0);
+}
+
+Summary summarize(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
+  Summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / v.size();
+  auto pct = [&](double q) {  // linear interpolation between closest ranks, as numpy's default
+    const double pos = q * (v.size() - 1);
+    const size_t lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo);
+  };
+  s.p50 = pct(0.5);
+  s.p95 = pct(0.95);
+  return s;
+}
+
+StepMeter::StepMeter(std::optional<c10::Stream> compute) : compute_(compute) {}
+
+void StepMeter::start_epoch(int64_t warmup_steps) {
+  warmup_steps_ = warmup_steps;
+  step_ = 0;
+  measuring_ = warmup_steps == 0;
+  measure_t0_ = std::chrono::steady_clock::now();
+  reference_.reset();
+  pending_.clear();
+  resolved_.clear();
+  epoch_records_.clear();
+  spans_.clear();
+}
+
+void StepMeter::begin_step() {
+  host_begin_ = std::chrono::steady_clock::now();
+  if (!compute_) return;
+  current_begin_ = std::make_shared<gpu::Event>();
+  current_begin_->record(*compute_);
+  if (measuring_ && !reference_) reference_ = current_begin_;
+}
+
+void StepMeter::end_step(int64_t samples, double wait_ms, std::shared_ptr<gpu::Event> h2d_begin,
+                         std::shared_ptr<gpu::Event> h2d_end) {
+  Pending p;
+  p.record.step = step_;
+  p.record.samples = samples;
+  p.record.warmup = !measuring_;
+  p.record.wait_ms = wait_ms;
+  if (compute_) {
+    p.begin = std::move(current_begin_);
+    p.end = std::make_shared<gpu::Event>();
+    p.end->record(*compute_);
+    p.h2d_begin = std::move(h2d_begin);
+    p.h2d_end = std::move(h2d_end);
+  } else {
+    p.record.compute_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_begin_).count();
+  }
+  pending_.push_back(std::move(p));
+  ++step_;
+  if (!measuring_ && step_ >= warmup_steps_) {  // warm-up over: start the clock on an idle device
+    if (compute_) gpu::synchronize(*compute_);
+    measuring_ = true;
+    measure_t0_ = std::chrono::steady_clock::now();
+  }
+  resolve(false);
+}
+
+void StepMeter::resolve(bool wait) {
+  while (!pending_.empty()) {
+    Pending& p = pending_.front();
+    if (p.end) {
+      if (!wait && !p.end->query()) break;
+      p.end->synchronize();
+      p.record.compute_ms = p.begin->elapsed_ms(*p.end);
+      if (p.h2d_begin && p.h2d_end) {
+        p.h2d_end->synchronize();
+        p.record.h2d_ms = p.h2d_begin->elapsed_ms(*p.h2d_end);
+      }
+      if (!p.record.warmup && reference_) {
+        spans_.push_back({reference_->elapsed_ms(*p.begin), reference_->elapsed_ms(*p.end)});
+      }
+    }
+    resolved_.push_back(p.record);
+    epoch_records_.push_back(p.record);
+    pending_.pop_front();
+  }
+}
+
+std::vector<StepRecord> StepMeter::take_resolved(bool wait) {
+  resolve(wait);
+  std::vector<StepRecord> out;
+  out.swap(resolved_);
+  return out;
+}
+
+EpochTiming StepMeter::finish_epoch() {
+  if (compute_) gpu::synchronize(*compute_);
+  const auto t1 = std::chrono::steady_clock::now();
+  resolve(true);
+  EpochTiming t;
+  std::vector<double> wait, h2d, compute;
+  for (const auto& r : epoch_records_) {
+    if (r.warmup) {
+      ++t.warmup_steps;
+      continue;
+    }
+    ++t.steps;
+    t.samples += r.samples;
+    wait.push_back(r.wait_ms);
+    h2d.push_back(r.h2d_ms);
+    compute.push_back(r.compute_ms);
+  }
+  t.seconds = measuring_ ? std::chrono::duration<double>(t1 - measure_t0_).count() : 0;
+  if (t.seconds > 0 && t.samples > 0) t.samples_per_s = t.samples / t.seconds;
+  t.wait_ms = summarize(wait);
+  t.h2d_ms = summarize(h2d);
+  t.compute_ms = summarize(compute);
+  if (compute_) t.gpu_idle = idle_fraction(spans_);
+  return t;
+}
+
+}  // namespace pinfeed::pipeline

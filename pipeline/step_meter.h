@@ -1,0 +1,83 @@
+// Per-step and per-epoch figures: wait, host-to-device copy, compute, GPU idle fraction, samples/s.
+// CUDA events are read a few steps late (when query() says they are done), so measuring never adds a
+// synchronisation to the step; the only synchronisations are at the end of warm-up and of the epoch.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "pipeline/gpu.h"
+
+namespace pinfeed::pipeline {
+
+constexpr double kNotApplicable = std::numeric_limits<double>::quiet_NaN();
+
+struct Span {
+  double begin_ms = 0, end_ms = 0;
+};
+
+// 1 - (sum of compute spans) / (last end - first begin). Spans are in stream order; NaN if none.
+double idle_fraction(const std::vector<Span>& spans);
+
+struct Summary {
+  double mean = kNotApplicable, p50 = kNotApplicable, p95 = kNotApplicable;
+};
+Summary summarize(std::vector<double> values);  // NaN entries are ignored
+
+struct StepRecord {
+  int64_t step = 0;  // within the epoch
+  int64_t samples = 0;
+  bool warmup = false;
+  double wait_ms = 0;
+  double h2d_ms = kNotApplicable;
+  double compute_ms = kNotApplicable;
+};
+
+struct EpochTiming {
+  int64_t steps = 0, warmup_steps = 0, samples = 0;  // steps and samples measured (after warm-up)
+  double seconds = 0;                                // synchronised wall time of the measured steps
+  double samples_per_s = kNotApplicable;
+  Summary wait_ms, h2d_ms, compute_ms;
+  double gpu_idle = kNotApplicable;  // fraction, 0..1
+};
+
+class StepMeter {
+ public:
+  // compute: the stream the step runs on (CUDA), or nullopt on the CPU.
+  explicit StepMeter(std::optional<c10::Stream> compute);
+
+  void start_epoch(int64_t warmup_steps);
+  void begin_step();  // the batch is in hand; compute starts
+  void end_step(int64_t samples, double wait_ms, std::shared_ptr<gpu::Event> h2d_begin,
+                std::shared_ptr<gpu::Event> h2d_end);
+  // Records whose events have completed, oldest first; with wait, all of them (synchronises).
+  std::vector<StepRecord> take_resolved(bool wait = false);
+  EpochTiming finish_epoch();  // synchronises; then summarises the epoch
+
+ private:
+  struct Pending {
+    StepRecord record;
+    std::shared_ptr<gpu::Event> begin, end, h2d_begin, h2d_end;
+  };
+  void resolve(bool wait);
+
+  std::optional<c10::Stream> compute_;
+  int64_t warmup_steps_ = 0;
+  int64_t step_ = 0;
+  std::chrono::steady_clock::time_point host_begin_, measure_t0_;
+  bool measuring_ = false;
+  std::shared_ptr<gpu::Event> reference_;  // begin of the first measured step
+  std::shared_ptr<gpu::Event> current_begin_;
+  std::deque<Pending> pending_;
+  std::vector<StepRecord> resolved_, epoch_records_;
+  std::vector<Span> spans_;
+};
+
+}  // namespace pinfeed::pipeline

@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/error.h"
+#include "data/image_folder.h"
+#include "test_util.h"
+
+namespace pinfeed::data {
+namespace {
+namespace fs = std::filesystem;
+
+void touch(const fs::path& p) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << "x";
+}
+
+TEST(ImageFolder, ClassesAreSortedByNameAndLabelledInOrder) {
+  const std::string root = test::fresh_dir("folder_sorted");
+  touch(fs::path(root) / "train/zebra/a.jpg");
+  touch(fs::path(root) / "train/Apple/b.JPEG");
+  touch(fs::path(root) / "train/mango/c.png");
+  touch(fs::path(root) / "train/mango/notes.txt");
+  const ImageFolder f = scan_image_folder(root, "train");
+  ASSERT_EQ(f.classes, (std::vector<std::string>{"Apple", "mango", "zebra"}));  // byte order, as torchvision
+  ASSERT_EQ(f.samples.size(), 3u);
+  EXPECT_EQ(f.samples[0].label, 0);
+  EXPECT_EQ(f.samples[1].label, 1);
+  EXPECT_EQ(f.samples[2].label, 2);
+}
+
+TEST(ImageFolder, ExtensionsAreCaseInsensitive) {
+  EXPECT_TRUE(is_image_file("a.JPG"));
+  EXPECT_TRUE(is_image_file("a.Jpeg"));
+  EXPECT_TRUE(is_image_file("a.png"));
+  EXPECT_FALSE(is_image_file("a.gif"));
+  EXPECT_FALSE(is_image_file("jpg"));
+}
+
+TEST(ImageFolder, ValSplitUsesTrainLabels) {
+  const std::string root = test::fresh_dir("folder_val");
+  touch(fs::path(root) / "train/a/1.jpg");
+  touch(fs::path(root) / "train/b/1.jpg");
+  touch(fs::path(root) / "val/b/1.jpg");
+  const ImageFolder train = scan_image_folder(root, "train");
+  const ImageFolder val = scan_image_folder(root, "val", &train.classes);
+  ASSERT_EQ(val.samples.size(), 1u);
+  EXPECT_EQ(val.samples[0].label, 1);
+  touch(fs::path(root) / "val/c/1.jpg");
+  EXPECT_THROW(scan_image_folder(root, "val", &train.classes), DataError);
+}
+
+std::string error_of(const std::string& root, const std::string& split) {
+  try {
+    scan_image_folder(root, split);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ImageFolder, MissingOrEmptyPartsNameThePath) {
+  const std::string root = test::fresh_dir("folder_errors");
+  EXPECT_NE(error_of(root + "/nope", "train").find(root + "/nope"), std::string::npos);
+  EXPECT_NE(error_of(root, "train").find(root + "/train does not exist"), std::string::npos);
+  fs::create_directories(fs::path(root) / "train");
+  EXPECT_NE(error_of(root, "train").find("has no class folders"), std::string::npos);
+  fs::create_directories(fs::path(root) / "train/empty");
+  EXPECT_NE(error_of(root, "train").find(root + "/train/empty holds no"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pinfeed::data

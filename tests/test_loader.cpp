@@ -1,0 +1,200 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+#include "data/error.h"
+#include "data/loader.h"
+#include "test_util.h"
+
+namespace pinfeed::data {
+namespace {
+
+// Plain host memory; fences ignored (the loader's ordering does not depend on them).
+class VectorArena : public BatchArena {
+ public:
+  VectorArena(int slots, int64_t batch, size_t image_bytes)
+      : images_(slots, std::vector<uint8_t>(batch * image_bytes)), labels_(slots, std::vector<int64_t>(batch)) {
+    for (int i = 0; i < slots; ++i) free_.push_back(i);
+  }
+  int slots() const override { return static_cast<int>(images_.size()); }
+  BatchMemory memory(int s) override { return {images_[s].data(), labels_[s].data()}; }
+  std::optional<int> try_acquire() override {
+    std::lock_guard<std::mutex> l(m_);
+    if (free_.empty()) return std::nullopt;
+    int s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  std::optional<int> acquire() override { return try_acquire(); }
+  void release(int s, std::shared_ptr<Fence>) override {
+    std::lock_guard<std::mutex> l(m_);
+    free_.push_back(s);
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> images_;
+  std::vector<std::vector<int64_t>> labels_;
+  std::vector<int> free_;
+  std::mutex m_;
+};
+
+std::shared_ptr<Dataset> open(const std::string& root, BadImagePolicy policy = BadImagePolicy::kSkip) {
+  TransformOptions t;
+  t.size = 16;
+  t.format = PixelFormat::kUint8Hwc;
+  return std::make_shared<Dataset>(scan_image_folder(root, "train"), t, true, policy);
+}
+
+// Every batch of one epoch, copied out: (labels, pixels) per batch.
+std::vector<std::pair<std::vector<int64_t>, std::vector<uint8_t>>> epoch_batches(std::shared_ptr<Dataset> ds,
+                                                                                 LoaderOptions o, int64_t epoch) {
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  loader.start_epoch(epoch);
+  std::vector<std::pair<std::vector<int64_t>, std::vector<uint8_t>>> out;
+  int64_t expect_index = 0;
+  while (auto b = loader.next()) {
+    EXPECT_EQ(b->index, expect_index++);
+    const auto* px = static_cast<const uint8_t*>(b->memory.images);
+    out.emplace_back(std::vector<int64_t>(b->memory.labels, b->memory.labels + b->size),
+                     std::vector<uint8_t>(px, px + b->size * ds->image_bytes()));
+    loader.recycle(*b);
+  }
+  return out;
+}
+
+class LoaderWorkers : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoaderWorkers, BatchesAreIdenticalWhateverTheWorkerCount) {
+  static const std::string root = test::make_dataset("loader_workers", 3, 10, 1, 24);
+  auto ds = open(root);
+  LoaderOptions one;
+  one.batch_size = 4;
+  one.workers = 1;
+  one.seed = 9;
+  LoaderOptions many = one;
+  many.workers = GetParam();
+  many.prefetch_batches = GetParam();
+  EXPECT_EQ(epoch_batches(ds, one, 2), epoch_batches(ds, many, 2));
+}
+
+INSTANTIATE_TEST_SUITE_P(Counts, LoaderWorkers, ::testing::Values(2, 3, 7));
+
+TEST(Loader, VisitsEverySampleExactlyOncePerEpoch) {
+  const std::string root = test::make_dataset("loader_once", 4, 6, 1, 24);
+  auto ds = open(root);
+  LoaderOptions o;
+  o.batch_size = 5;
+  o.workers = 3;
+  o.drop_last = false;
+  o.shuffle = true;
+  VectorArena arena(4, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  std::vector<int64_t> first_order;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {  // the pool survives across epochs
+    loader.start_epoch(epoch);
+    int64_t seen = 0;
+    std::multiset<int64_t> labels;
+    while (auto b = loader.next()) {
+      seen += b->size;
+      for (int64_t i = 0; i < b->size; ++i) labels.insert(b->memory.labels[i]);
+      if (epoch == 0) first_order.push_back(b->memory.labels[0]);
+      loader.recycle(*b);
+    }
+    EXPECT_EQ(seen, 24);
+    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(labels.count(c), 6u);
+  }
+}
+
+TEST(Loader, ReshufflesEachEpochFromTheSeed) {
+  const std::string root = test::make_dataset("loader_shuffle", 4, 8, 1, 24);
+  auto ds = open(root);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  o.seed = 1;
+  const auto e0 = epoch_batches(ds, o, 0), e1 = epoch_batches(ds, o, 1);
+  EXPECT_NE(e0, e1);
+  EXPECT_EQ(e0, epoch_batches(ds, o, 0));
+}
+
+TEST(Loader, DropLastDropsOnlyTheFinalPartialBatch) {
+  const std::string root = test::make_dataset("loader_droplast", 1, 10, 1, 24);
+  auto ds = open(root);
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 2;
+  EXPECT_EQ(epoch_batches(ds, o, 0).size(), 2u);
+  o.drop_last = false;
+  const auto all = epoch_batches(ds, o, 0);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all.back().first.size(), 2u);
+}
+
+TEST(Loader, StartsMidEpochAtTheRequestedBatch) {
+  const std::string root = test::make_dataset("loader_resume", 2, 8, 1, 24);
+  auto ds = open(root);
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 2;
+  const auto all = epoch_batches(ds, o, 3);
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  loader.start_epoch(3, 2);
+  auto b = loader.next();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->index, 2);
+  EXPECT_EQ(std::vector<int64_t>(b->memory.labels, b->memory.labels + b->size), all[2].first);
+}
+
+TEST(Loader, WorkerExceptionReachesTheConsumerWithThePath) {
+  const std::string root = test::make_dataset("loader_error", 2, 4, 1, 24);
+  auto ds = open(root, BadImagePolicy::kFail);
+  const std::string bad = ds->folder().samples[5].path;
+  { std::ofstream(bad, std::ios::trunc) << "garbage"; }
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.workers = 3;
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  loader.start_epoch(0);
+  try {
+    while (auto b = loader.next()) loader.recycle(*b);
+    FAIL() << "expected the worker's error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+  }
+  loader.start_epoch(1);  // the pool is still alive and usable afterwards
+}
+
+TEST(Loader, CorruptImagesAreReplacedAndCounted) {
+  const std::string root = test::make_dataset("loader_corrupt", 2, 6, 1, 24);
+  auto ds = open(root, BadImagePolicy::kSkip);
+  for (int i : {0, 7}) {
+    auto path = ds->folder().samples[i].path;
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(path, std::ios::trunc | std::ios::binary) << bytes.substr(0, bytes.size() / 2);  // truncated
+  }
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 2;
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  loader.start_epoch(0);
+  int bad = 0, batches = 0;
+  while (auto b = loader.next()) {
+    bad += b->bad_images;
+    ++batches;
+    loader.recycle(*b);
+  }
+  EXPECT_EQ(batches, 3);
+  EXPECT_EQ(bad, 2);
+  EXPECT_EQ(ds->bad_images(), 2);
+}
+
+}  // namespace
+}  // namespace pinfeed::data

@@ -1,0 +1,175 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "data/image_folder.h"
+#include "pipeline/feeder.h"
+#include "pipeline/host_ring.h"
+#include "pipeline/options.h"
+#include "pipeline/step_meter.h"
+#include "test_util.h"
+
+namespace pinfeed::pipeline {
+namespace {
+
+TEST(Modes, PresetsSetTheThreeFlags) {
+  struct Expect { const char* name; bool pin, nb; Prefetch pf; };
+  const Expect expect[] = {{"pageable", false, false, Prefetch::kNone},
+                           {"pinned", true, false, Prefetch::kNone},
+                           {"non_blocking", false, true, Prefetch::kNone},
+                           {"pinned_non_blocking", true, true, Prefetch::kNone},
+                           {"dual_stream", true, true, Prefetch::kDualStream}};
+  ASSERT_EQ(mode_presets().size(), 5u);
+  for (const auto& e : expect) {
+    const ModePreset* p = find_preset(e.name);
+    ASSERT_NE(p, nullptr) << e.name;
+    PipelineOptions o;
+    apply_preset(*p, o);
+    EXPECT_EQ(o.pin_memory, e.pin) << e.name;
+    EXPECT_EQ(o.non_blocking, e.nb) << e.name;
+    EXPECT_EQ(o.prefetch, e.pf) << e.name;
+    EXPECT_EQ(mode_name(o), e.name);
+    EXPECT_EQ(check_options(o, /*device_is_cuda=*/true), "") << e.name;
+  }
+  EXPECT_EQ(find_preset("turbo"), nullptr);
+}
+
+TEST(Modes, CpuAcceptsOnlyPageable) {
+  for (const auto& p : mode_presets()) {
+    PipelineOptions o;
+    apply_preset(p, o);
+    EXPECT_EQ(check_options(o, false).empty(), std::string(p.name) == "pageable") << p.name;
+  }
+  PipelineOptions o;
+  o.pin_memory = true;
+  EXPECT_NE(check_options(o, false).find("pipeline.pin_memory"), std::string::npos);
+}
+
+TEST(Modes, ImpossibleCombinationsNameTheFlag) {
+  PipelineOptions o;
+  o.prefetch = Prefetch::kDualStream;
+  o.non_blocking = true;
+  EXPECT_NE(check_options(o, true).find("needs pipeline.pin_memory = true"), std::string::npos);
+  o.pin_memory = true;
+  o.non_blocking = false;
+  EXPECT_NE(check_options(o, true).find("needs pipeline.non_blocking = true"), std::string::npos);
+  PipelineOptions custom;
+  custom.pin_memory = true;
+  custom.prefetch = Prefetch::kNone;
+  custom.non_blocking = false;
+  EXPECT_EQ(mode_name(custom), "pinned");
+}
+
+class FakeFence : public data::Fence {
+ public:
+  bool ready() override { return done; }
+  void wait() override { done = true; waited = true; }
+  bool done = false, waited = false;
+};
+
+TEST(HostRing, SlotIsNotReusedBeforeItsFenceIsReady) {
+  HostRing ring(2, 4, {3, 8, 8}, c10::kFloat, /*pinned=*/false);
+  EXPECT_EQ(ring.bytes(), 2 * (4 * 3 * 8 * 8 * 4 + 4 * 8));
+  auto a = ring.try_acquire(), b = ring.try_acquire();
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(ring.try_acquire());
+  auto fence_a = std::make_shared<FakeFence>();
+  ring.release(*a, fence_a);
+  EXPECT_FALSE(ring.try_acquire()) << "handed out while its copy is still running";
+  fence_a->done = true;
+  EXPECT_EQ(ring.try_acquire(), a);
+}
+
+TEST(HostRing, FencedSlotsAreReusedOldestFirstAndAcquireWaits) {
+  HostRing ring(3, 1, {4}, c10::kByte, false);
+  auto a = *ring.try_acquire(), b = *ring.try_acquire(), c = *ring.try_acquire();
+  auto fa = std::make_shared<FakeFence>(), fb = std::make_shared<FakeFence>();
+  ring.release(b, fb);
+  ring.release(a, fa);
+  ring.release(c, nullptr);
+  EXPECT_EQ(ring.try_acquire(), c);  // no fence: free at once
+  fa->done = true;
+  EXPECT_EQ(ring.try_acquire(), a);  // ready, although released after b
+  EXPECT_EQ(ring.acquire(), b);      // waits on b's fence
+  EXPECT_TRUE(fb->waited);
+  EXPECT_FALSE(ring.acquire());      // every slot is out: nothing to wait for
+}
+
+TEST(Feeder, FallsBackToPageableWhenThePinnedBudgetIsTooSmall) {
+  const std::string root = test::make_dataset("feeder_budget", 2, 4, 1, 32);
+  data::TransformOptions t;
+  t.size = 224;
+  auto ds = std::make_shared<data::Dataset>(data::scan_image_folder(root, "train"), t, true, data::BadImagePolicy::kSkip);
+  data::LoaderOptions lo;
+  lo.batch_size = 8;  // 8 x 224 x 224 x 3 x 4 B = 4.8 MB per slot, 6 slots
+  lo.workers = 1;
+  PipelineOptions po;
+  apply_preset(*find_preset("dual_stream"), po);
+  po.pinned_budget_mb = 1;
+  FeederOptions fo;
+  fo.device = c10::Device(c10::kCUDA, 0);  // never touched: the fallback happens before any CUDA call
+  Feeder feeder(ds, lo, po, fo);
+  EXPECT_EQ(feeder.mode(), "pageable");
+  EXPECT_EQ(feeder.pinned_bytes(), 0);
+  EXPECT_FALSE(feeder.options().pin_memory);
+}
+
+TEST(Feeder, CpuDeliversNormalisedBatchesInEitherTransferDtype) {
+  const std::string root = test::make_dataset("feeder_cpu", 2, 4, 1, 32);
+  for (auto dtype : {TransferDtype::kFloat32, TransferDtype::kUint8}) {
+    data::TransformOptions t;
+    t.size = 16;
+    t.format = dtype == TransferDtype::kUint8 ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
+    auto ds = std::make_shared<data::Dataset>(data::scan_image_folder(root, "train"), t, true, data::BadImagePolicy::kSkip);
+    data::LoaderOptions lo;
+    lo.batch_size = 4;
+    lo.workers = 2;
+    PipelineOptions po;
+    po.transfer_dtype = dtype;
+    Feeder feeder(ds, lo, po, FeederOptions{});
+    feeder.start_epoch(0);
+    auto b = feeder.next();
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->images.sizes(), (std::vector<int64_t>{4, 3, 16, 16}));
+    EXPECT_EQ(b->images.scalar_type(), c10::kFloat);
+    EXPECT_EQ(b->h2d_end, nullptr);
+    const double mean = b->images.mean().item<double>();
+    EXPECT_GT(mean, -2.5);
+    EXPECT_LT(mean, 2.5);
+  }
+}
+
+TEST(StepMeter, IdleFractionFromHandMadeSpans) {
+  EXPECT_TRUE(std::isnan(idle_fraction({})));
+  EXPECT_DOUBLE_EQ(idle_fraction({{0, 10}, {10, 20}}), 0.0);
+  EXPECT_DOUBLE_EQ(idle_fraction({{0, 10}, {20, 30}}), 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(idle_fraction({{5, 6}, {8, 9}, {14, 15}}), 0.7);
+}
+
+TEST(StepMeter, PercentilesInterpolateAndIgnoreNotApplicable) {
+  const Summary s = summarize({4, 1, 3, 2, kNotApplicable});
+  EXPECT_DOUBLE_EQ(s.mean, 2.5);
+  EXPECT_DOUBLE_EQ(s.p50, 2.5);
+  EXPECT_DOUBLE_EQ(s.p95, 3.85);
+  EXPECT_TRUE(std::isnan(summarize({}).mean));
+}
+
+TEST(StepMeter, CpuReportsGpuFiguresAsNotApplicableAndExcludesWarmup) {
+  StepMeter meter(std::nullopt);
+  meter.start_epoch(2);
+  for (int i = 0; i < 5; ++i) {
+    meter.begin_step();
+    meter.end_step(8, /*wait_ms=*/i, nullptr, nullptr);
+  }
+  const EpochTiming t = meter.finish_epoch();
+  EXPECT_EQ(t.warmup_steps, 2);
+  EXPECT_EQ(t.steps, 3);
+  EXPECT_EQ(t.samples, 24);
+  EXPECT_DOUBLE_EQ(t.wait_ms.mean, 3.0);  // steps 2, 3, 4
+  EXPECT_TRUE(std::isnan(t.gpu_idle));
+  EXPECT_TRUE(std::isnan(t.h2d_ms.mean));
+  EXPECT_GT(t.samples_per_s, 0);
+}
+
+}  // namespace
+}  // namespace pinfeed::pipeline

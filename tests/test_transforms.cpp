@@ -1,0 +1,166 @@
+#include <gtest/gtest.h>
+
+#include <opencv2/imgcodecs.hpp>
+
+#include <fstream>
+
+#include "data/dataset.h"
+#include "data/error.h"
+#include "data/transforms.h"
+#include "test_util.h"
+
+namespace pinfeed::data {
+namespace {
+
+std::vector<uint8_t> encode(const cv::Mat& img, const std::string& ext) {
+  std::vector<uint8_t> bytes;
+  cv::imencode(ext, img, bytes);
+  return bytes;
+}
+
+cv::Mat noise_image(int w, int h) {
+  cv::Mat m(h, w, CV_8UC3);
+  cv::randu(m, 0, 255);
+  return m;
+}
+
+TEST(Transforms, TrainCropStaysInsideTheImageAndInRange) {
+  TransformOptions o;
+  for (uint64_t i = 0; i < 500; ++i) {
+    SampleRng rng(stream_seed(1, 0, i));
+    const CropBox b = sample_train_crop(500, 375, o, rng);
+    ASSERT_GE(b.x, 0);
+    ASSERT_GE(b.y, 0);
+    ASSERT_LE(b.x + b.w, 500);
+    ASSERT_LE(b.y + b.h, 375);
+    const double area = double(b.w) * b.h / (500.0 * 375.0);
+    ASSERT_GE(area, 0.07);
+    ASSERT_LE(area, 1.0);
+  }
+}
+
+TEST(Transforms, ValCropIsCentredWithTheResizeRatio) {
+  TransformOptions o;
+  o.size = 224;
+  const CropBox b = val_crop(512, 512, o);  // resize 512 -> 256, crop 224 -> 448 source pixels
+  EXPECT_EQ(b.w, 448);
+  EXPECT_EQ(b.h, 448);
+  EXPECT_EQ(b.x, 32);
+  EXPECT_EQ(b.y, 32);
+}
+
+TEST(Transforms, HeaderSizeIsReadWithoutDecoding) {
+  int w = 0, h = 0;
+  const auto jpg = encode(noise_image(123, 45), ".jpg");
+  ASSERT_TRUE(peek_image_size(jpg.data(), jpg.size(), &w, &h));
+  EXPECT_EQ(w, 123);
+  EXPECT_EQ(h, 45);
+  const auto png = encode(noise_image(31, 17), ".png");
+  ASSERT_TRUE(peek_image_size(png.data(), png.size(), &w, &h));
+  EXPECT_EQ(w, 31);
+  EXPECT_EQ(h, 17);
+}
+
+TEST(Transforms, TruncatedJpegIsDetected) {
+  auto jpg = encode(noise_image(64, 64), ".jpg");
+  EXPECT_FALSE(jpeg_looks_truncated(jpg.data(), jpg.size()));
+  jpg.resize(jpg.size() / 2);
+  EXPECT_TRUE(jpeg_looks_truncated(jpg.data(), jpg.size()));
+}
+
+std::vector<float> decode(const std::vector<uint8_t>& file, uint64_t seed, TransformOptions o, bool train = true) {
+  std::vector<float> out(3 * o.size * o.size);
+  DecodeScratch scratch;
+  SampleRng rng(seed);
+  decode_into(file.data(), file.size(), train, o, rng, scratch, out.data());
+  return out;
+}
+
+TEST(Transforms, OutputIsDeterministicPerSeedAndVariesAcrossSeeds) {
+  const auto jpg = encode(noise_image(200, 150), ".jpg");
+  TransformOptions o;
+  o.size = 32;
+  EXPECT_EQ(decode(jpg, stream_seed(7, 3, 11), o), decode(jpg, stream_seed(7, 3, 11), o));
+  EXPECT_NE(decode(jpg, stream_seed(7, 3, 11), o), decode(jpg, stream_seed(7, 4, 11), o));  // another epoch
+  EXPECT_NE(decode(jpg, stream_seed(7, 3, 11), o), decode(jpg, stream_seed(7, 3, 12), o));  // another index
+}
+
+TEST(Transforms, Uint8AndFloatLayoutsAgree) {
+  const auto jpg = encode(noise_image(120, 90), ".jpg");
+  TransformOptions f;
+  f.size = 16;
+  TransformOptions u = f;
+  u.format = PixelFormat::kUint8Hwc;
+  const auto floats = decode(jpg, 5, f);
+  std::vector<uint8_t> bytes(3 * 16 * 16);
+  DecodeScratch scratch;
+  SampleRng rng(5);
+  decode_into(jpg.data(), jpg.size(), true, u, rng, scratch, bytes.data());
+  for (int c = 0; c < 3; ++c) {
+    for (int p = 0; p < 16 * 16; ++p) {
+      const float expect = (bytes[p * 3 + c] / 255.0f - f.mean[c]) / f.std[c];
+      ASSERT_NEAR(floats[c * 256 + p], expect, 1e-5);
+    }
+  }
+}
+
+TEST(Transforms, CorruptDataThrows) {
+  std::vector<uint8_t> junk(1000, 0x42);
+  TransformOptions o;
+  EXPECT_THROW(decode(junk, 1, o), std::runtime_error);
+}
+
+TEST(Dataset, BadImageIsReplacedAndCountedUnderSkip) {
+  const std::string root = test::make_dataset("bad_skip", 2, 4, 1, 32);
+  ImageFolder folder = scan_image_folder(root, "train");
+  { std::ofstream(folder.samples[0].path, std::ios::trunc) << "not a jpeg"; }
+  TransformOptions o;
+  o.size = 16;
+  Dataset ds(folder, o, true, BadImagePolicy::kSkip);
+  std::vector<float> out(3 * 16 * 16);
+  int64_t label = -1;
+  DecodeScratch scratch;
+  EXPECT_GE(ds.load(0, 0, 0, out.data(), &label, scratch), 1);
+  EXPECT_EQ(ds.bad_images(), 1);
+  EXPECT_GE(label, 0);
+}
+
+TEST(Dataset, BadImageFailsWithItsPathUnderFail) {
+  const std::string root = test::make_dataset("bad_fail", 2, 4, 1, 32);
+  ImageFolder folder = scan_image_folder(root, "train");
+  const std::string bad = folder.samples[1].path;
+  { std::ofstream(bad, std::ios::trunc) << "not a jpeg"; }
+  TransformOptions o;
+  o.size = 16;
+  Dataset ds(folder, o, true, BadImagePolicy::kFail);
+  std::vector<float> out(3 * 16 * 16);
+  int64_t label = -1;
+  DecodeScratch scratch;
+  try {
+    ds.load(1, 0, 0, out.data(), &label, scratch);
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pinfeed::data
+
+namespace pinfeed::data {
+namespace {
+
+TEST(Transforms, CorruptDataThrowsEvenAfterAGoodImageInTheSameScratch) {
+  const auto good = encode(noise_image(64, 48), ".jpg");
+  const std::vector<uint8_t> junk = {'g', 'a', 'r', 'b', 'a', 'g', 'e'};
+  TransformOptions o;
+  o.size = 16;
+  std::vector<float> out(3 * 16 * 16);
+  DecodeScratch scratch;
+  SampleRng rng(1);
+  decode_into(good.data(), good.size(), true, o, rng, scratch, out.data());
+  EXPECT_THROW(decode_into(junk.data(), junk.size(), true, o, rng, scratch, out.data()), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace pinfeed::data
