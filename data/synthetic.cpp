@@ -23,7 +23,7 @@ constexpr int kShapes = 8;
 constexpr int kColours = 12;
 
 cv::Scalar class_colour(int c, SampleRng& rng) {
-  const double hue = std::fmod((c / kShapes) % kColours * (180.0 / kColours) + rng.uniform(-5, 5) + 180.0, 180.0);
+  const double hue = std::fmod(c % kColours * (180.0 / kColours) + rng.uniform(-5, 5) + 180.0, 180.0);
   cv::Mat hsv(1, 1, CV_8UC3, cv::Scalar(hue, 150 + rng.below(100), 150 + rng.below(100))), bgr;
   cv::cvtColor(hsv, bgr, cv::COLOR_HSV2BGR);
   const auto px = bgr.at<cv::Vec3b>(0, 0);
@@ -102,7 +102,7 @@ cv::Mat draw_sample(const SyntheticOptions& o, int label, SampleRng& rng) {
   const cv::Point2d centre(rng.uniform(radius, o.width - radius), rng.uniform(radius, o.height - radius));
   draw_shape(img, label % kShapes, centre, radius, rng.uniform(0, 2 * M_PI), class_colour(label, rng));
   cv::setRNGSeed(static_cast<int>(rng.next() & 0x7fffffff));
-  add_texture(img, rng, o.photo ? 28.0 : 10.0, o.photo ? 5 : 2);
+  add_texture(img, rng, o.photo ? 34.0 : 10.0, o.photo ? 5 : 2);
   return img;
 }
 
@@ -113,7 +113,7 @@ int64_t generate_synthetic(const SyntheticOptions& o) {
   std::vector<Job> jobs;
   for (const char* split : {"train", "val"}) {
     const int per_class = std::string(split) == "train" ? o.train_per_class : o.val_per_class;
-    for (int c = 0; c < o.classes; ++c) {
+    for (int c = 0; c < o.classes && per_class > 0; ++c) {
       char cls[32];
       std::snprintf(cls, sizeof cls, "class_%03d", c);
       const fs::path dir = fs::path(o.out) / split / cls;

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""The same five host-to-device configurations in Python PyTorch, timed the way `pinfeed bench` times them.
+
+What a user would otherwise run: torchvision ResNet-50, torchvision ImageFolder with RandomResizedCrop +
+RandomHorizontalFlip + ToTensor + Normalize (PIL decode), DataLoader(num_workers, pin_memory,
+persistent_workers=True, prefetch_factor), `.to(device, non_blocking)`, and for dual_stream a side-stream
+prefetcher like timm's PrefetchLoader. Writes the JSON schema of pinfeed's bench.json (implementation
+"pytorch") so that `pinfeed bench --reference FILE` and scripts/plot_bench.py show both side by side.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import time
+
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+MODES = {  # name: (pin_memory, non_blocking, side-stream prefetch)
+    "pageable": (False, False, False),
+    "pinned": (True, False, False),
+    "non_blocking": (False, True, False),
+    "pinned_non_blocking": (True, True, False),
+    "dual_stream": (True, True, True),
+}
+
+
+class SideStreamPrefetcher:
+    """timm's PrefetchLoader idea: copy batch k+1 on a side stream while batch k computes."""
+
+    def __init__(self, loader, device):
+        self.loader, self.device = loader, device
+        self.stream = torch.cuda.Stream(device)
+
+    def __iter__(self):
+        first, pending = True, None
+        for x, y in self.loader:
+            with torch.cuda.stream(self.stream):
+                nx = x.to(self.device, non_blocking=True)
+                ny = y.to(self.device, non_blocking=True)
+            if not first:
+                yield pending
+            first = False
+            torch.cuda.current_stream().wait_stream(self.stream)
+            nx.record_stream(torch.cuda.current_stream())
+            ny.record_stream(torch.cuda.current_stream())
+            pending = (nx, ny)
+        if pending is not None:
+            yield pending
+
+
+def make_loader(args, pin_memory):
+    tf = transforms.Compose([
+        transforms.RandomResizedCrop(args.image_size),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+    ])
+    ds = torchvision.datasets.ImageFolder(os.path.join(os.path.expanduser(args.data), "train"), tf)
+    return ds, DataLoader(ds, batch_size=args.batch_size, shuffle=True, drop_last=True, num_workers=args.workers,
+                          pin_memory=pin_memory, persistent_workers=True, prefetch_factor=args.prefetch_factor)
+
+
+def summarize(values):
+    values = sorted(v for v in values if v is not None)
+    return (statistics.fmean(values), statistics.median(values)) if values else (None, None)
+
+
+def cycle(iterable_factory):
+    while True:
+        for item in iterable_factory():
+            yield item
+
+
+def time_training(args, model, opt, batches, device):
+    """Runs warmup + steps training steps; CUDA events on the compute stream give the compute spans."""
+    stream = torch.cuda.current_stream(device)
+    spans, waits, samples = [], [], 0
+    t0 = time.perf_counter()
+    for step in range(args.warmup + args.steps):
+        w0 = time.perf_counter()
+        x, y = next(batches)
+        wait_ms = (time.perf_counter() - w0) * 1e3
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record(stream)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        end.record(stream)
+        if step == args.warmup - 1:
+            torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+        if step >= args.warmup:
+            spans.append((begin, end))
+            waits.append(wait_ms)
+            samples += y.shape[0]
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    ref = spans[0][0]
+    busy = sum(b.elapsed_time(e) for b, e in spans)
+    window = ref.elapsed_time(spans[-1][1])
+    wait_mean, wait_p50 = summarize(waits)
+    return {"samples_per_s": samples / seconds, "wait_ms_p50": wait_p50, "wait_ms_mean": wait_mean,
+            "gpu_idle": max(0.0, 1 - busy / window), "h2d_ms_mean": None}
+
+
+def run_mode(args, mode, model, opt, device):
+    if mode == "loader_only":
+        _, loader = make_loader(args, False)
+        it = cycle(lambda: loader)
+        for _ in range(args.warmup):
+            next(it)
+        waits, samples, t0 = [], 0, time.perf_counter()
+        for _ in range(args.steps):
+            w0 = time.perf_counter()
+            _, y = next(it)
+            waits.append((time.perf_counter() - w0) * 1e3)
+            samples += y.shape[0]
+        seconds = time.perf_counter() - t0
+        wait_mean, wait_p50 = summarize(waits)
+        return {"samples_per_s": samples / seconds, "wait_ms_p50": wait_p50, "wait_ms_mean": wait_mean,
+                "gpu_idle": None, "h2d_ms_mean": None}
+    if mode == "gpu_resident":
+        _, loader = make_loader(args, False)
+        x, y = next(iter(loader))
+        x = x.to(device).contiguous(memory_format=torch.channels_last if args.channels_last else torch.contiguous_format)
+        y = y.to(device)
+        return time_training(args, model, opt, iter(lambda: (x, y), None), device)
+    pin, non_blocking, side_stream = MODES[mode]
+    _, loader = make_loader(args, pin)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    if side_stream:
+        prefetcher = SideStreamPrefetcher(loader, device)
+        batches = ((x.contiguous(memory_format=fmt), y) for x, y in cycle(lambda: prefetcher))
+    else:
+        batches = ((x.to(device, non_blocking=non_blocking).contiguous(memory_format=fmt),
+                    y.to(device, non_blocking=non_blocking)) for x, y in cycle(lambda: loader))
+    return time_training(args, model, opt, batches, device)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="ImageFolder root (train/ is used)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="tf32")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    p.add_argument("--prefetch-factor", type=int, default=4)
+    p.add_argument("--modes", default="pageable,pinned,non_blocking,pinned_non_blocking,dual_stream,gpu_resident,loader_only")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--out", required=True, help="JSON file to write")
+    args = p.parse_args()
+
+    device = torch.device("cuda", 0)
+    torch.backends.cudnn.benchmark = True
+    tf32 = args.precision != "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    ds, _ = make_loader(args, False)
+    model = torchvision.models.resnet50(num_classes=len(ds.classes)).to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    # fused=True as pinfeed's optimizer, so that the comparison is about the input path
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=True)
+
+    modes = args.modes.split(",")
+    results = {m: [] for m in modes}
+    for r in range(args.repeats):
+        for m in modes:
+            res = run_mode(args, m, model, opt, device)
+            results[m].append(res)
+            print(f"repeat {r + 1}/{args.repeats} {m}: {res['samples_per_s']:.1f} samples/s, "
+                  f"wait p50 {res['wait_ms_p50']:.3f} ms, idle {res['gpu_idle']}", flush=True)
+
+    def med(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    rows = []
+    for m in modes:
+        row = {"implementation": "pytorch", "mode": m, "mode_ran": m}
+        for k in ["samples_per_s", "wait_ms_p50", "wait_ms_mean", "gpu_idle", "h2d_ms_mean"]:
+            row[k] = [res[k] for res in results[m]]
+        row["samples_per_s_median"] = med(row["samples_per_s"])
+        row["wait_ms_p50_median"] = med(row["wait_ms_p50"])
+        row["wait_ms_mean_median"] = med(row["wait_ms_mean"])
+        row["gpu_idle_median"] = med(row["gpu_idle"])
+        row["h2d_ms_median"] = None
+        rows.append(row)
+    meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "implementation": "pytorch",
+            "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "gpu": torch.cuda.get_device_name(device), "cpu_cores": os.cpu_count(), "workers": args.workers,
+            "dataset": args.data, "train_images": len(ds), "image_size": args.image_size,
+            "batch_size": args.batch_size, "precision": args.precision, "channels_last": args.channels_last,
+            "prefetch_factor": args.prefetch_factor, "warmup_steps": args.warmup, "steps": args.steps,
+            "repeats": args.repeats}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
