@@ -205,7 +205,7 @@ json bench_meta(const Config& c, c10::Device device, const Datasets& sets, int w
             {"dataset", expand_user(c.data.root)}, {"train_images", sets.train->size()},
             {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
             {"channels_last", c.train.channels_last}, {"transfer_dtype", c.pipeline.transfer_dtype},
-            {"prefetch_batches", c.data.prefetch_batches}, {"reduced_decode", c.data.reduced_decode},
+            {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
             {"warmup_steps", a.warmup}, {"steps", a.steps}, {"repeats", a.repeats}};
   if (device.is_cuda()) {
     const auto info = gpu::device_info(device.index());

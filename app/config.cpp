@@ -110,7 +110,7 @@ const std::vector<Key>& keys() {
       key("data.scale_min", &C::data, &DataConfig::scale_min, "RandomResizedCrop smallest area fraction", in_range(0.001, 1.0, false)),
       key("data.scale_max", &C::data, &DataConfig::scale_max, "RandomResizedCrop largest area fraction", in_range(0.001, 1.0, false)),
       key("data.hflip", &C::data, &DataConfig::hflip, "random horizontal flip in training"),
-      key("data.reduced_decode", &C::data, &DataConfig::reduced_decode, "decode JPEGs at 1/2, 1/4, 1/8 scale in the DCT when the crop allows"),
+      key("data.crop_decode", &C::data, &DataConfig::crop_decode, "JPEG: decode only the crop region (libjpeg-turbo), DCT-scaled 1/2..1/8 when the crop allows; false: full OpenCV decode"),
       key("data.workers", &C::data, &DataConfig::workers, "decode threads; 0 = cores - 1", at_least<int64_t>(0)),
       key("data.prefetch_batches", &C::data, &DataConfig::prefetch_batches, "batches decoded ahead of the training loop", at_least<int64_t>(1)),
       key("data.on_bad_image", &C::data, &DataConfig::on_bad_image, "a corrupt image is replaced and counted (skip) or stops the run (fail)", one_of({"skip", "fail"})),
@@ -333,7 +333,7 @@ data::TransformOptions transform_options(const Config& c, bool uint8_pixels) {
   t.scale_min = c.data.scale_min;
   t.scale_max = c.data.scale_max;
   t.hflip = c.data.hflip;
-  t.reduced_decode = c.data.reduced_decode;
+  t.crop_decode = c.data.crop_decode;
   t.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
   return t;
 }

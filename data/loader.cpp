@@ -1,5 +1,7 @@
 #include "data/loader.h"
 
+#include <opencv2/core/utility.hpp>
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -23,6 +25,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, Ba
     throw DataError("dataset " + dataset_->folder().root + " has " + std::to_string(dataset_->size()) +
                     " samples, fewer than one batch of " + std::to_string(options_.batch_size));
   }
+  // One sample per worker thread at a time: OpenCV's own thread pool inside resize/decode would only
+  // oversubscribe the cores the workers already fill.
+  cv::setNumThreads(1);
   const int n = options_.workers > 0 ? options_.workers : default_workers();
   threads_.reserve(n);
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });

@@ -1,5 +1,7 @@
 #include "data/transforms.h"
 
+#include "data/jpeg_region.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -88,18 +90,6 @@ int reduction_for(const CropBox& box, int size) {
   return 1;
 }
 
-int imread_flags(int reduction) {
-  // IGNORE_ORIENTATION: header sizes and crops refer to the stored pixels; torchvision's PIL loader also
-  // ignores EXIF orientation.
-  const int base = cv::IMREAD_IGNORE_ORIENTATION;
-  switch (reduction) {
-    case 8: return base | cv::IMREAD_REDUCED_COLOR_8;
-    case 4: return base | cv::IMREAD_REDUCED_COLOR_4;
-    case 2: return base | cv::IMREAD_REDUCED_COLOR_2;
-    default: return base | cv::IMREAD_COLOR;
-  }
-}
-
 // BGR uint8 (S, S, 3) -> the batch slot, flipping on the way when asked.
 void write_pixels(const cv::Mat& bgr, bool flip, const TransformOptions& o, void* dst) {
   const int s = o.size;
@@ -166,29 +156,35 @@ bool jpeg_looks_truncated(const uint8_t* d, size_t n) {
 void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& o, SampleRng& rng,
                  DecodeScratch& scratch, void* dst) {
   if (jpeg_looks_truncated(file, file_size)) throw std::runtime_error("truncated JPEG (no end-of-image marker)");
-  const cv::Mat bytes(1, static_cast<int>(file_size), CV_8UC1, const_cast<uint8_t*>(file));
   int width = 0, height = 0;
   const bool known = peek_image_size(file, file_size, &width, &height);
   CropBox box;
-  int reduction = 1;
-  if (known) {
-    box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
-    if (o.reduced_decode && file[0] == 0xFF) reduction = reduction_for(box, o.size);
+  if (known) box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
+  const cv::Rect rect(box.x, box.y, box.w, box.h);
+
+  // JPEG: decode only the crop's region (and at a reduced DCT scale when the crop is large).
+  JpegRegion region;
+  if (known && o.crop_decode && file[0] == 0xFF &&
+      decode_jpeg_region(file, file_size, rect, reduction_for(box, o.size), scratch.region, &region)) {
+    cv::resize(region.pixels(region.crop), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
+    write_pixels(scratch.resized, box.flip, o, dst);
+    return;
   }
-  // Not imdecode(..., &dst): on failure it returns dst untouched, i.e. the previous sample's image.
-  scratch.decoded = cv::imdecode(bytes, imread_flags(reduction));
+  // Anything else (PNG, CMYK JPEG, crop_decode off): a full decode with OpenCV. Not imdecode(..., &dst):
+  // on failure it returns dst untouched, i.e. the previous sample's image.
+  const cv::Mat bytes(1, static_cast<int>(file_size), CV_8UC1, const_cast<uint8_t*>(file));
+  // IGNORE_ORIENTATION: header sizes and crops refer to the stored pixels; torchvision's PIL loader also
+  // ignores EXIF orientation.
+  scratch.decoded = cv::imdecode(bytes, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
   if (scratch.decoded.empty()) throw std::runtime_error("cannot decode image data");
-  if (!known) {  // unusual header: decode fully first, then draw the crop from the real size
+  if (!known) {  // unusual header: draw the crop from the decoded size
     width = scratch.decoded.cols;
     height = scratch.decoded.rows;
     box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
-  } else if (reduction == 1 && (scratch.decoded.cols != width || scratch.decoded.rows != height)) {
+  } else if (scratch.decoded.cols != width || scratch.decoded.rows != height) {
     throw std::runtime_error("image header size disagrees with decoded size");
   }
-  // Map the box into the (possibly reduced) decoded image.
-  cv::Rect roi(box.x / reduction, box.y / reduction, std::max(1, box.w / reduction),
-               std::max(1, box.h / reduction));
-  roi &= cv::Rect(0, 0, scratch.decoded.cols, scratch.decoded.rows);
+  const cv::Rect roi = cv::Rect(box.x, box.y, box.w, box.h) & cv::Rect(0, 0, width, height);
   if (roi.empty()) throw std::runtime_error("empty crop");
   cv::resize(scratch.decoded(roi), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
   write_pixels(scratch.resized, box.flip, o, dst);

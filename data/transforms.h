@@ -26,7 +26,9 @@ struct TransformOptions {
   double scale_min = 0.08, scale_max = 1.0;  // RandomResizedCrop area range
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   bool hflip = true;
-  bool reduced_decode = true;  // let libjpeg scale by 1/2, 1/4, 1/8 in the DCT when the crop allows it
+  // JPEGs: decode only the crop's region with libjpeg-turbo, at 1/2, 1/4, 1/8 DCT scale when the crop allows.
+  // Off: OpenCV decodes the whole image first (the reference path).
+  bool crop_decode = true;
   PixelFormat format = PixelFormat::kFloat32Chw;
   float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet, RGB
   float std[3] = {0.229f, 0.224f, 0.225f};
@@ -50,6 +52,7 @@ bool jpeg_looks_truncated(const uint8_t* data, size_t size);
 // Per-worker buffers reused from sample to sample: no heap allocation per sample once warm.
 struct DecodeScratch {
   std::vector<uint8_t> file;
+  std::vector<uint8_t> region;  // pixels of the decoded crop region (grows only)
   cv::Mat decoded, resized;
 };
 
