@@ -130,6 +130,7 @@ const std::vector<Key>& keys() {
       key("train.precision", &C::train, &TrainConfig::precision, "fp32 | tf32 (TF32 matmul/conv) | bf16 (autocast); CUDA only beyond fp32", one_of({"fp32", "tf32", "bf16"})),
       key("train.channels_last", &C::train, &TrainConfig::channels_last, "NHWC memory format for the model and its input"),
       key("train.cudnn_benchmark", &C::train, &TrainConfig::cudnn_benchmark, "let cuDNN pick the fastest kernels"),
+      key("train.cuda_graph", &C::train, &TrainConfig::cuda_graph, "capture the whole training step as a CUDA graph and replay it (CUDA only)"),
       key("train.seed", &C::train, &TrainConfig::seed, "seed of init, shuffling and augmentation", at_least<int64_t>(0)),
       key("train.device", &C::train, &TrainConfig::device, "auto (CUDA if present) | cpu | cuda | cuda:N", check_device),
       key("train.max_steps_per_epoch", &C::train, &TrainConfig::max_steps_per_epoch, "cap on steps per epoch; 0 = whole epoch", at_least<int64_t>(0)),

@@ -55,6 +55,7 @@ struct TrainConfig {
   std::string precision = "tf32";  // fp32 | tf32 | bf16 (autocast); tf32/bf16 matter on CUDA only
   bool channels_last = false;
   bool cudnn_benchmark = true;
+  bool cuda_graph = false;  // capture the training step once, replay it every step
   int64_t seed = 0;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t max_steps_per_epoch = 0;  // 0: the whole epoch

@@ -31,14 +31,18 @@ void Sgd::zero_grad() {
   }
 }
 
-void Sgd::step(double lr) {
+void Sgd::step(double lr) { step_impl(lr, at::Tensor()); }
+void Sgd::step(const at::Tensor& lr) { step_impl(0.0, lr); }
+
+void Sgd::step_impl(double lr, const at::Tensor& lr_tensor) {
   const bool first = !started_;
+  at::NoGradGuard no_grad;
   for (auto& g : groups_) {
     if (g.params.empty()) continue;
-    std::vector<at::Tensor> params, grads, buffers;
     if (g.buffers.empty()) {
       for (auto& p : g.params) g.buffers.push_back(at::zeros_like(p));
     }
+    std::vector<at::Tensor> params, grads, buffers;
     for (size_t i = 0; i < g.params.size(); ++i) {
       if (!g.params[i].grad().defined()) continue;
       params.push_back(g.params[i]);
@@ -46,12 +50,23 @@ void Sgd::step(double lr) {
       buffers.push_back(g.buffers[i]);
     }
     if (params.empty()) continue;
-    at::NoGradGuard no_grad;
     // is_first_step: the buffer becomes the gradient itself (torch.optim.SGD's first step).
-    at::_fused_sgd_(params, grads, buffers, g.weight_decay, options_.momentum, lr, /*dampening=*/0.0,
-                    options_.nesterov, /*maximize=*/false, /*is_first_step=*/first);
+    if (lr_tensor.defined()) {
+      at::_fused_sgd_(params, grads, buffers, g.weight_decay, options_.momentum, lr_tensor, /*dampening=*/0.0,
+                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/first);
+    } else {
+      at::_fused_sgd_(params, grads, buffers, g.weight_decay, options_.momentum, lr, /*dampening=*/0.0,
+                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/first);
+    }
   }
   started_ = true;
+}
+
+void Sgd::zero_momentum() {
+  at::NoGradGuard no_grad;
+  for (auto& g : groups_) {
+    for (auto& b : g.buffers) b.zero_();
+  }
 }
 
 std::map<std::string, at::Tensor> Sgd::state() const {

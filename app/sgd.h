@@ -25,6 +25,9 @@ class Sgd {
 
   void zero_grad();  // sets gradients to None (frees them), as torch's default
   void step(double lr);
+  // The learning rate read from a one-element device tensor: what a captured CUDA graph replays with.
+  void step(const at::Tensor& lr);
+  void zero_momentum();  // buffers to 0: the next step then sets them to the gradient, as a first step does
 
   // Momentum buffers by parameter name, for checkpoints; empty before the first step.
   std::map<std::string, at::Tensor> state() const;
@@ -36,6 +39,8 @@ class Sgd {
     std::vector<std::string> names;
     std::vector<at::Tensor> params, buffers;
   };
+  void step_impl(double lr, const at::Tensor& lr_tensor);
+
   std::vector<Group> groups_;
   SgdOptions options_;
   bool started_ = false;

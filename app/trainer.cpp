@@ -41,8 +41,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // bf16 autocast on CUDA for the forward pass, as torch.autocast("cuda", dtype=torch.bfloat16).
 class AutocastScope {
  public:
-  explicit AutocastScope(bool on) : on_(on) {
+  // cache: reuse each weight's bf16 copy within the scope; off under CUDA graph capture (as torch.cuda.graph
+  // requires), where a cached copy would outlive the capture.
+  explicit AutocastScope(bool on, bool cache = true) : on_(on) {
     if (!on_) return;
+    at::autocast::set_autocast_cache_enabled(cache);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
     at::autocast::increment_nesting();
@@ -51,6 +54,7 @@ class AutocastScope {
     if (!on_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::set_autocast_cache_enabled(true);
   }
 
  private:
@@ -118,6 +122,9 @@ void check_for_device(const Config& c, c10::Device device) {
     if (!c.pipeline.mode.empty()) key = "pipeline.mode";
     throw ConfigError(loc(key) + ": " + problem);
   }
+  if (!device.is_cuda() && c.train.cuda_graph) {
+    throw ConfigError(loc("train.cuda_graph") + ": train.cuda_graph = true needs a CUDA device (device is cpu)");
+  }
   if (!device.is_cuda() && c.train.precision == "bf16") {
     throw ConfigError(loc("train.precision") + ": train.precision = \"bf16\" needs a CUDA device (device is cpu)");
   }
@@ -153,7 +160,7 @@ Datasets open_datasets(const Config& c) {
 
 StepRunner::StepRunner(const Config& c, int64_t num_classes, c10::Device device)
     : device_(device), bf16_(device.is_cuda() && c.train.precision == "bf16"),
-      label_smoothing_(c.train.label_smoothing) {
+      label_smoothing_(c.train.label_smoothing), graphed_(device.is_cuda() && c.train.cuda_graph) {
   at::manual_seed(static_cast<uint64_t>(c.train.seed));
   model_ = model::resnet50({num_classes, c.model.zero_init_residual});
   model_->to(device);
@@ -168,17 +175,50 @@ StepRunner::StepRunner(const Config& c, int64_t num_classes, c10::Device device)
                                      SgdOptions{c.train.momentum, c.train.nesterov, c.train.weight_decay});
 }
 
-at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tensor& labels) {
   optimizer_->zero_grad();
   at::Tensor loss;
   {
-    AutocastScope autocast(bf16_);
+    AutocastScope autocast(bf16_, /*cache=*/!graphed_);
     const at::Tensor logits = model_->forward(images);
     loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, label_smoothing_);
   }
   loss.backward();
-  optimizer_->step(lr);
   return loss.detach();
+}
+
+at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+  const bool fits = !graph_ || (images.sizes() == static_images_.sizes() && images.strides() == static_images_.strides());
+  if (!graphed_ || !fits) {  // eager (and any batch of another shape than the captured one)
+    at::Tensor loss = forward_backward(images, labels);
+    optimizer_->step(lr);
+    return loss;
+  }
+  return graphed_step(images, labels, lr);
+}
+
+at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+  if (!graph_) {
+    static_images_ = at::empty_like(images);
+    static_labels_ = at::empty_like(labels);
+    lr_ = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
+    static_images_.copy_(images);
+    static_labels_.copy_(labels);
+    graph_ = std::make_unique<gpu::Graph>();
+    // Warm-up steps run with lr 0 (weights unchanged); their momentum is then cleared, so the first replay
+    // is the first real step. They do update BN running statistics three times on this batch.
+    graph_->capture(device_, 3, [this] {
+      static_loss_ = forward_backward(static_images_, static_labels_);
+      optimizer_->step(lr_);
+    });
+    optimizer_->zero_momentum();
+  } else {
+    static_images_.copy_(images);
+    static_labels_.copy_(labels);
+  }
+  lr_.fill_(lr);
+  graph_->replay();
+  return static_loss_;
 }
 
 void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums) {

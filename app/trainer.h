@@ -43,16 +43,25 @@ class StepRunner {
   // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples].
   void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums);
 
+  bool graphed() const { return graphed_; }
   model::ResNet& model() { return model_; }
   Sgd& optimizer() { return *optimizer_; }
   c10::Device device() const { return device_; }
 
  private:
+  at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels);
+  at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr);
+
   model::ResNet model_{nullptr};
   std::unique_ptr<Sgd> optimizer_;
   c10::Device device_;
   bool bf16_;
   double label_smoothing_;
+  // train.cuda_graph: the whole step (forward, backward, optimizer) captured once and replayed, reading the
+  // batch from static device buffers and the learning rate from a device scalar.
+  bool graphed_;
+  std::unique_ptr<gpu::Graph> graph_;
+  at::Tensor static_images_, static_labels_, static_loss_, lr_;
 };
 
 // Learning rate at a global step: linear warm-up to lr, then cosine down to min_lr.

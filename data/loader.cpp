@@ -2,6 +2,10 @@
 
 #include <opencv2/core/utility.hpp>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -123,6 +127,8 @@ std::optional<Batch> Loader::next() {
 void Loader::recycle(const Batch& batch, std::shared_ptr<Fence> fence) { arena_->release(batch.slot, std::move(fence)); }
 
 void Loader::worker_loop() {
+  // Below the training thread: it launches the GPU's work, and a worker that preempts it idles the GPU.
+  if (options_.worker_nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), options_.worker_nice);
   DecodeScratch scratch;
   const size_t image_bytes = dataset_->image_bytes();
   std::unique_lock<std::mutex> lock(mutex_);

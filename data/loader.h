@@ -24,6 +24,7 @@ struct LoaderOptions {
   bool shuffle = true;       // reshuffled every epoch from (seed, epoch)
   bool drop_last = true;     // drop a final partial batch
   uint64_t seed = 0;
+  int worker_nice = 5;  // Linux nice of worker threads, so the training thread wins a contended core
 };
 
 int default_workers();

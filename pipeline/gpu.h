@@ -7,6 +7,7 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,26 @@ class Event {
   bool query() const;                     // recorded work finished (true if never recorded)
   void synchronize() const;
   double elapsed_ms(const Event& later) const;  // both recorded and complete
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A captured CUDA graph of work issued by a callback (pimpl over at::cuda::CUDAGraph). The callback runs on a
+// side stream, as capture requires; replay() launches the whole graph on the current stream with one call.
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Runs body `warmup` times eagerly, then captures one more call of it. Both on a side stream that first
+  // waits for, and is afterwards waited on by, the current stream.
+  void capture(c10::Device device, int warmup, const std::function<void()>& body);
+  void replay();
+  bool captured() const;
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@ namespace {
 }  // namespace
 
 struct Event::Impl {};
+struct Graph::Impl {};
 bool compiled_with_cuda() { return false; }
 bool available() { return false; }
 Event::Event() = default;
@@ -18,6 +19,11 @@ void Event::block(const c10::Stream&) { no_cuda(); }
 bool Event::query() const { return true; }
 void Event::synchronize() const {}
 double Event::elapsed_ms(const Event&) const { no_cuda(); }
+Graph::Graph() = default;
+Graph::~Graph() = default;
+void Graph::capture(c10::Device, int, const std::function<void()>&) { no_cuda(); }
+void Graph::replay() { no_cuda(); }
+bool Graph::captured() const { return false; }
 c10::Stream current_stream(c10::Device) { no_cuda(); }
 c10::Stream new_stream(c10::Device) { no_cuda(); }
 void synchronize(const c10::Stream&) { no_cuda(); }

@@ -77,36 +77,43 @@ def cycle(iterable_factory):
 
 def time_training(args, model, opt, batches, device):
     """Runs warmup + steps training steps; CUDA events on the compute stream give the compute spans."""
-    stream = torch.cuda.current_stream(device)
+    cuda = device.type == "cuda"
+    stream = torch.cuda.current_stream(device) if cuda else None
     spans, waits, samples = [], [], 0
     t0 = time.perf_counter()
     for step in range(args.warmup + args.steps):
         w0 = time.perf_counter()
         x, y = next(batches)
         wait_ms = (time.perf_counter() - w0) * 1e3
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record(stream)
+        if cuda:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record(stream)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        end.record(stream)
+        if cuda:
+            end.record(stream)
         if step == args.warmup - 1:
-            torch.cuda.synchronize(device)
+            if cuda:
+                torch.cuda.synchronize(device)
             t0 = time.perf_counter()
         if step >= args.warmup:
-            spans.append((begin, end))
+            if cuda:
+                spans.append((begin, end))
             waits.append(wait_ms)
             samples += y.shape[0]
-    torch.cuda.synchronize(device)
+    idle = None
+    if cuda:
+        torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0
-    ref = spans[0][0]
-    busy = sum(b.elapsed_time(e) for b, e in spans)
-    window = ref.elapsed_time(spans[-1][1])
+    if spans:
+        busy = sum(b.elapsed_time(e) for b, e in spans)
+        idle = max(0.0, 1 - busy / spans[0][0].elapsed_time(spans[-1][1]))
     wait_mean, wait_p50 = summarize(waits)
     return {"samples_per_s": samples / seconds, "wait_ms_p50": wait_p50, "wait_ms_mean": wait_mean,
-            "gpu_idle": max(0.0, 1 - busy / window), "h2d_ms_mean": None}
+            "gpu_idle": idle, "h2d_ms_mean": None}
 
 
 def run_mode(args, mode, model, opt, device):
@@ -157,9 +164,10 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--device", default="cuda", help="cuda (the comparison) or cpu (a smoke test: pageable only)")
     args = p.parse_args()
 
-    device = torch.device("cuda", 0)
+    device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
     tf32 = args.precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -169,7 +177,7 @@ def main():
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
     # fused=True as pinfeed's optimizer, so that the comparison is about the input path
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=device.type == "cuda")
 
     modes = args.modes.split(",")
     results = {m: [] for m in modes}
@@ -177,8 +185,9 @@ def main():
         for m in modes:
             res = run_mode(args, m, model, opt, device)
             results[m].append(res)
+            idle = "n/a" if res["gpu_idle"] is None else f"{100 * res['gpu_idle']:.1f}%"
             print(f"repeat {r + 1}/{args.repeats} {m}: {res['samples_per_s']:.1f} samples/s, "
-                  f"wait p50 {res['wait_ms_p50']:.3f} ms, idle {res['gpu_idle']}", flush=True)
+                  f"wait p50 {res['wait_ms_p50']:.3f} ms, GPU idle {idle}", flush=True)
 
     def med(values):
         values = [v for v in values if v is not None]
@@ -197,7 +206,7 @@ def main():
         rows.append(row)
     meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "implementation": "pytorch",
             "torch": torch.__version__, "torchvision": torchvision.__version__,
-            "gpu": torch.cuda.get_device_name(device), "cpu_cores": os.cpu_count(), "workers": args.workers,
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None, "cpu_cores": os.cpu_count(), "workers": args.workers,
             "dataset": args.data, "train_images": len(ds), "image_size": args.image_size,
             "batch_size": args.batch_size, "precision": args.precision, "channels_last": args.channels_last,
             "prefetch_factor": args.prefetch_factor, "warmup_steps": args.warmup, "steps": args.steps,

@@ -2,9 +2,11 @@
 #include "pipeline/gpu.h"
 
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -26,6 +28,37 @@ void Event::block(const c10::Stream& stream) { impl_->event.block(c10::cuda::CUD
 bool Event::query() const { return impl_->event.query(); }
 void Event::synchronize() const { impl_->event.synchronize(); }
 double Event::elapsed_ms(const Event& later) const { return impl_->event.elapsed_time(later.impl_->event); }
+
+struct Graph::Impl {
+  at::cuda::CUDAGraph graph;
+  bool captured = false;
+};
+
+Graph::Graph() : impl_(std::make_unique<Impl>()) {}
+Graph::~Graph() = default;
+
+void Graph::capture(c10::Device device, int warmup, const std::function<void()>& body) {
+  const auto index = device.has_index() ? device.index() : c10::cuda::current_device();
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, index);
+  at::cuda::CUDAEvent before, after;
+  before.record(current);
+  before.block(side);
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    for (int i = 0; i < warmup; ++i) body();  // lazy initialisation, cuDNN autotuning, allocator warm-up
+    side.synchronize();
+    impl_->graph.capture_begin();
+    body();
+    impl_->graph.capture_end();
+  }
+  after.record(side);
+  after.block(current);
+  impl_->captured = true;
+}
+
+void Graph::replay() { impl_->graph.replay(); }
+bool Graph::captured() const { return impl_->captured; }
 
 c10::Stream current_stream(c10::Device device) {
   return c10::cuda::getCurrentCUDAStream(device.has_index() ? device.index() : -1).unwrap();

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Reproduces the comparison table (docs/results/h200.md): `pinfeed bench` for three configurations on
+# photo-like JPEGs, the same configurations in Python PyTorch (scripts/reference_pytorch.py), then the
+# combined tables and charts (scripts/plot_bench.py).
+#   usage: scripts/bench.sh OUT_DIR
+#   PINFEED_BIN           pinfeed executable (default: build/app/pinfeed, built by setup.sh if missing)
+#   PINFEED_BENCH_DATA    ImageFolder to use (default: generated once, 100 classes x 128 images of 500x375)
+#   BENCH_PARTS           any of: pinfeed uint8 graph reference plot (default: all)
+#   BENCH_CONFIGS         any of: bs64-tf32 bs64-bf16-cl bs256-bf16-cl (default: all)
+#   REPEATS WARMUP STEPS  per mode and repeat (default 3, 20, 100); PYTHON (default python3)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?usage: scripts/bench.sh OUT_DIR}
+mkdir -p "$out"
+bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
+[ -x "$bin" ] || "$repo/scripts/setup.sh"
+cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
+data=${PINFEED_BENCH_DATA:-$cache/datasets/bench-photo-v1}
+parts=${BENCH_PARTS:-pinfeed uint8 graph reference plot}
+configs=${BENCH_CONFIGS:-bs64-tf32 bs64-bf16-cl bs256-bf16-cl}
+repeats=${REPEATS:-3} warmup=${WARMUP:-20} steps=${STEPS:-100}
+python=${PYTHON:-python3}
+
+if [ ! -f "$data/.complete" ] && [ -z "${PINFEED_BENCH_DATA:-}" ]; then
+  echo "[bench] generating photo-like JPEGs in $data" >&2
+  rm -rf "$data"
+  "$bin" gen-data --out "$data" --classes 100 --train-per-class 128 --val-per-class 0 --size 500x375 --photo --quality 92
+  touch "$data/.complete"
+fi
+
+overrides_for() {
+  case $1 in
+    bs64-tf32) echo 'train.batch_size=64 train.precision=tf32 train.channels_last=false' ;;
+    bs64-bf16-cl) echo 'train.batch_size=64 train.precision=bf16 train.channels_last=true' ;;
+    bs256-bf16-cl) echo 'train.batch_size=256 train.precision=bf16 train.channels_last=true' ;;
+    *) echo "unknown config $1" >&2; exit 2 ;;
+  esac
+}
+ref_flags_for() {
+  case $1 in
+    bs64-tf32) echo '--batch-size 64 --precision tf32' ;;
+    bs64-bf16-cl) echo '--batch-size 64 --precision bf16 --channels-last' ;;
+    bs256-bf16-cl) echo '--batch-size 256 --precision bf16 --channels-last' ;;
+  esac
+}
+
+cd "$repo"
+for c in $configs; do
+  # shellcheck disable=SC2046
+  if [[ " $parts " == *" pinfeed "* ]]; then
+    "$bin" bench --config configs/bench_resnet50.toml --repeats "$repeats" --warmup "$warmup" --steps "$steps" \
+      --out "$out/$c" "data.root=\"$data\"" $(overrides_for "$c")
+  fi
+  if [[ " $parts " == *" uint8 "* ]]; then  # issue 5: raw pixels over PCIe, normalised on the GPU
+    "$bin" bench --config configs/bench_resnet50.toml --repeats "$repeats" --warmup "$warmup" --steps "$steps" \
+      --modes dual_stream,gpu_resident,loader_only --out "$out/$c-uint8" "data.root=\"$data\"" \
+      pipeline.transfer_dtype=uint8 $(overrides_for "$c")
+  fi
+  if [[ " $parts " == *" graph "* ]]; then  # issue 5: uint8 + the training step replayed as a CUDA graph
+    "$bin" bench --config configs/bench_resnet50.toml --repeats "$repeats" --warmup "$warmup" --steps "$steps" \
+      --modes dual_stream,gpu_resident --out "$out/$c-graph" "data.root=\"$data\"" \
+      pipeline.transfer_dtype=uint8 train.cuda_graph=true $(overrides_for "$c")
+  fi
+  if [[ " $parts " == *" reference "* ]]; then
+    "$python" scripts/reference_pytorch.py --data "$data" $(ref_flags_for "$c") --repeats "$repeats" \
+      --warmup "$warmup" --steps "$steps" --out "$out/$c/reference.json"
+  fi
+done
+if [[ " $parts " == *" plot "* ]]; then
+  "$python" scripts/plot_bench.py "$out" $configs
+fi
