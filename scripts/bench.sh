@@ -46,6 +46,7 @@ ref_flags_for() {
 
 cd "$repo"
 for c in $configs; do
+  mkdir -p "$out/$c"
   # shellcheck disable=SC2046
   if [[ " $parts " == *" pinfeed "* ]]; then
     "$bin" bench --config configs/bench_resnet50.toml --repeats "$repeats" --warmup "$warmup" --steps "$steps" \

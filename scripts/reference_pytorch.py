@@ -166,6 +166,7 @@ def main():
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--device", default="cuda", help="cuda (the comparison) or cpu (a smoke test: pageable only)")
     args = p.parse_args()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # fail early, not after the runs
 
     device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
