@@ -92,7 +92,7 @@ def main():
         u8 = load(os.path.join(out, c + "-uint8", "bench.json"))
         graph = load(os.path.join(out, c + "-graph", "bench.json"))
         rows = rows_of(pin, "pinfeed") + rows_of(ref, "pytorch") + \
-            [r for r in rows_of(u8, "pinfeed uint8") if r["mode"] == "dual_stream"] + rows_of(graph, "pinfeed uint8+graph")
+            rows_of(u8, "pinfeed uint8") + rows_of(graph, "pinfeed uint8+graph")
         if not rows:
             continue
         md.append(table(c, rows))
