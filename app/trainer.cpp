@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "app/checkpoint.h"
 #include "app/run_files.h"
@@ -85,6 +86,16 @@ std::string fmt_ms(double v) {
 }
 
 nlohmann::json num_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+
+// Resident host memory of this process, MiB (pinned buffers included), to show it does not grow.
+double host_rss_mb() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * sysconf(_SC_PAGESIZE) / (1 << 20);
+}
 
 }  // namespace
 
@@ -338,7 +349,11 @@ class RunOutputs {
     csv_ = AppendFile(path("metrics.csv"));
     jsonl_ = AppendFile(path("metrics.jsonl"));
     if (c.run.log_steps) steps_ = AppendFile(path("steps.jsonl"));
-    if (csv_.empty()) csv_.append(kCsvHeader);
+    if (csv_.empty()) {
+      std::string header;
+      for (const char* column : kCsvColumns) header += (header.empty() ? "" : ",") + std::string(column);
+      csv_.append(header);
+    }
   }
   std::string path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
   void epoch(const nlohmann::json& row) {
@@ -368,11 +383,7 @@ class RunOutputs {
   static constexpr const char* kCsvColumns[] = {
       "epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "samples_per_s", "epoch_s", "steps",
       "warmup_steps", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "h2d_ms_mean", "compute_ms_mean",
-      "gpu_idle", "mode", "pinned_mb", "workers", "bad_images"};
-  static constexpr const char* kCsvHeader =
-      "epoch,lr,train_loss,val_loss,val_top1,val_top5,samples_per_s,epoch_s,steps,warmup_steps,wait_ms_mean,"
-      "wait_ms_p50,wait_ms_p95,h2d_ms_mean,compute_ms_mean,gpu_idle,mode,pinned_mb,workers,bad_images";
-
+      "gpu_idle", "mode", "pinned_mb", "host_rss_mb", "workers", "bad_images"};
  private:
   std::string dir_;
   AppendFile csv_, jsonl_, steps_;
@@ -421,143 +432,186 @@ std::string resume_path(const Config& c, const std::string& resume) {
 
 }  // namespace
 
+namespace {
+
+// One run's moving parts, so that the epoch loop reads as steps: train an epoch, evaluate, report, save.
+class Training {
+ public:
+  Training(const Config& c, c10::Device device, Datasets sets)
+      : c_(c), device_(device), sets_(std::move(sets)),
+        train_feed_(sets_.train, loader_options(c, true), pipeline_options(c), feeder_options(c, device)),
+        runner_(c, sets_.num_classes, device),
+        meter_(device.is_cuda() ? std::optional<c10::Stream>(gpu::current_stream(device)) : std::nullopt),
+        losses_(device), progress_(c.run.progress_interval_s) {
+    if (sets_.val) {
+      val_feed_ = std::make_unique<pipeline::Feeder>(sets_.val, loader_options(c, false), pipeline_options(c),
+                                                     feeder_options(c, device));
+    }
+    steps_per_epoch_ = c.train.max_steps_per_epoch > 0
+                           ? std::min(c.train.max_steps_per_epoch, train_feed_.batches_per_epoch())
+                           : train_feed_.batches_per_epoch();
+  }
+
+  // Restores a checkpoint; returns where to continue: (epoch, step in that epoch).
+  std::pair<int64_t, int64_t> resume(const Checkpoint& ck) {
+    restore_checkpoint(runner_, ck);
+    global_step_ = ck.global_step;
+    return {ck.epoch, ck.step_in_epoch};
+  }
+
+  void run(RunOutputs& out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
+    log::info("run " + result.run_dir + ": " + std::to_string(sets_.train->size()) + " train images, " +
+              std::to_string(sets_.num_classes) + " classes, device " + device_.str() + ", mode " +
+              train_feed_.mode() + " (transfer " + c_.pipeline.transfer_dtype + "), " +
+              std::to_string(train_feed_.workers()) + " workers, " + std::to_string(steps_per_epoch_) +
+              " steps/epoch, precision " + c_.train.precision + (runner_.graphed() ? ", CUDA graph" : ""));
+    runner_.model()->train();
+    for (int64_t epoch = start_epoch; epoch < c_.train.epochs; ++epoch) {
+      const auto t0 = Clock::now();
+      const int64_t first = epoch == start_epoch ? start_step : 0;
+      const EpochProgress p = train_epoch(out, epoch, first);
+      if (g_stop_requested) {
+        save_checkpoint(out.path("last.pt"), make_checkpoint(runner_, c_, epoch, p.step, global_step_));
+        log::warn("interrupted: saved " + out.path("last.pt") + " at epoch " + std::to_string(epoch + 1) + " step " +
+                  std::to_string(p.step) + "; continue with --resume " + out.path("last.pt"));
+        result.interrupted = true;
+        return;
+      }
+      EpochResult er{epoch + 1, losses_.mean(), NAN, NAN, NAN, p.timing.samples_per_s, 0};
+      if (val_feed_) {
+        const EvalResult ev = evaluate(runner_, *val_feed_);
+        er.val_loss = ev.loss;
+        er.val_top1 = ev.top1;
+        er.val_top5 = ev.top5;
+      }
+      er.epoch_seconds = seconds_since(t0);
+      result.epochs.push_back(er);
+      report(out, er, p);
+      if (epoch + 1 == c_.train.epochs || (epoch + 1) % c_.run.checkpoint_every == 0) {
+        save_checkpoint(out.path("last.pt"), make_checkpoint(runner_, c_, epoch + 1, 0, global_step_));
+      }
+      if (g_stop_requested) {
+        result.interrupted = true;
+        return;
+      }
+    }
+  }
+
+ private:
+  struct EpochProgress {
+    int64_t step = 0, bad_images = 0;
+    double lr = 0;
+    pipeline::EpochTiming timing;
+  };
+
+  static pipeline::FeederOptions feeder_options(const Config& c, c10::Device device) {
+    pipeline::FeederOptions fo;
+    fo.device = device;
+    fo.channels_last = c.train.channels_last;
+    return fo;
+  }
+
+  EpochProgress train_epoch(RunOutputs& out, int64_t epoch, int64_t first) {
+    const int64_t warmup = std::min<int64_t>(c_.pipeline.warmup_steps, (steps_per_epoch_ - first) / 4);
+    train_feed_.start_epoch(epoch, first);
+    meter_.start_epoch(warmup);
+    losses_.reset();
+    EpochProgress p;
+    p.step = first;
+    p.lr = learning_rate(c_.train, global_step_, steps_per_epoch_);
+    auto rate_t0 = Clock::now();
+    int64_t rate_samples = 0;
+    while (p.step < steps_per_epoch_ && !g_stop_requested) {
+      auto batch = train_feed_.next();
+      if (!batch) break;
+      p.lr = learning_rate(c_.train, global_step_, steps_per_epoch_);
+      meter_.begin_step();
+      losses_.add(runner_.train_step(batch->images, batch->labels, p.lr));
+      meter_.end_step(batch->size, batch->wait_ms, batch->h2d_begin, batch->h2d_end);
+      out.steps(epoch, meter_.take_resolved());
+      ++p.step;
+      ++global_step_;
+      p.bad_images += batch->bad_images;
+      rate_samples += batch->size;
+      if (progress_.due()) {
+        show_progress(epoch, p, rate_samples / seconds_since(rate_t0));
+        rate_t0 = Clock::now();
+        rate_samples = 0;
+      }
+    }
+    p.timing = meter_.finish_epoch();
+    out.steps(epoch, meter_.take_resolved(true));
+    progress_.end();
+    return p;
+  }
+
+  void show_progress(int64_t epoch, const EpochProgress& p, double rate) {
+    const double left = (steps_per_epoch_ - p.step + (c_.train.epochs - epoch - 1) * steps_per_epoch_);
+    std::ostringstream line;
+    line << "epoch " << epoch + 1 << "/" << c_.train.epochs << " step " << p.step << "/" << steps_per_epoch_ << " | "
+         << static_cast<int64_t>(rate) << " samples/s | loss " << fmt_ms(losses_.latest()) << " | lr " << p.lr
+         << " | ETA " << eta_text(left * c_.train.batch_size / rate);
+    progress_.show(line.str());
+  }
+
+  void report(RunOutputs& out, const EpochResult& er, const EpochProgress& p) {
+    const pipeline::EpochTiming& t = p.timing;
+    out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"train_loss", num_or_null(er.train_loss)},
+               {"val_loss", num_or_null(er.val_loss)}, {"val_top1", num_or_null(er.val_top1)},
+               {"val_top5", num_or_null(er.val_top5)}, {"samples_per_s", num_or_null(t.samples_per_s)},
+               {"epoch_s", er.epoch_seconds}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
+               {"wait_ms_mean", num_or_null(t.wait_ms.mean)}, {"wait_ms_p50", num_or_null(t.wait_ms.p50)},
+               {"wait_ms_p95", num_or_null(t.wait_ms.p95)}, {"h2d_ms_mean", num_or_null(t.h2d_ms.mean)},
+               {"compute_ms_mean", num_or_null(t.compute_ms.mean)}, {"gpu_idle", num_or_null(t.gpu_idle)},
+               {"mode", train_feed_.mode()},
+               {"pinned_mb", static_cast<double>(train_feed_.pinned_bytes()) / (1 << 20)}, {"host_rss_mb", host_rss_mb()},
+               {"workers", train_feed_.workers()}, {"bad_images", p.bad_images}});
+    std::ostringstream line;
+    line.precision(4);
+    line << "epoch " << er.epoch << "/" << c_.train.epochs << ": train_loss " << er.train_loss << " val_loss "
+         << er.val_loss << " top1 " << er.val_top1 << " top5 " << er.val_top5 << " | " << t.samples_per_s
+         << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
+         << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " | h2d ms " << fmt_ms(t.h2d_ms.mean)
+         << " | GPU idle " << (std::isnan(t.gpu_idle) ? std::string("n/a") : fmt_ms(100 * t.gpu_idle) + "%")
+         << " | mode " << train_feed_.mode() << ", pinned " << train_feed_.pinned_bytes() / (1 << 20) << " MB, RSS "
+         << static_cast<int64_t>(host_rss_mb()) << " MB"
+         << (p.bad_images ? ", bad images " + std::to_string(p.bad_images) : "");
+    log::info(line.str());
+  }
+
+  const Config& c_;
+  c10::Device device_;
+  Datasets sets_;
+  pipeline::Feeder train_feed_;
+  std::unique_ptr<pipeline::Feeder> val_feed_;
+  StepRunner runner_;
+  pipeline::StepMeter meter_;
+  LossMeter losses_;
+  Progress progress_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t global_step_ = 0;
+};
+
+}  // namespace
+
 TrainResult train(const Config& c, const TrainArgs& args) {
   const c10::Device device = resolve_device(c);
   check_for_device(c, device);
   configure_backend(c, device);
-  Datasets sets = open_datasets(c);
-
-  pipeline::FeederOptions fo;
-  fo.device = device;
-  fo.channels_last = c.train.channels_last;
-  pipeline::Feeder train_feed(sets.train, loader_options(c, true), pipeline_options(c), fo);
-  std::unique_ptr<pipeline::Feeder> val_feed;
-  if (sets.val) val_feed = std::make_unique<pipeline::Feeder>(sets.val, loader_options(c, false), pipeline_options(c), fo);
-
-  StepRunner runner(c, sets.num_classes, device);
-  int64_t start_epoch = 0, start_step = 0, global_step = 0;
+  Training training(c, device, open_datasets(c));
   TrainResult result;
+  int64_t start_epoch = 0, start_step = 0;
   if (!args.resume.empty()) {
     const std::string ck_path = resume_path(c, args.resume);
-    const Checkpoint ck = load_checkpoint(ck_path);
-    restore_checkpoint(runner, ck);
-    start_epoch = ck.epoch;
-    start_step = ck.step_in_epoch;
-    global_step = ck.global_step;
+    std::tie(start_epoch, start_step) = training.resume(load_checkpoint(ck_path));
     result.run_dir = fs::path(ck_path).parent_path().string();
-    log::info("resuming from " + ck_path + " at epoch " + std::to_string(start_epoch + 1) + ", step " + std::to_string(start_step));
+    log::info("resuming from " + ck_path + " at epoch " + std::to_string(start_epoch + 1) + ", step " +
+              std::to_string(start_step));
   } else {
     result.run_dir = make_run_dir(c.run.dir, c.run.name);
   }
   RunOutputs out(c, result.run_dir);
-
-  const int64_t steps_per_epoch = c.train.max_steps_per_epoch > 0
-                                      ? std::min(c.train.max_steps_per_epoch, train_feed.batches_per_epoch())
-                                      : train_feed.batches_per_epoch();
-  const int64_t warmup = std::min<int64_t>(c.pipeline.warmup_steps, steps_per_epoch / 4);
-  log::info("run " + result.run_dir + ": " + std::to_string(sets.train->size()) + " train images, " +
-            std::to_string(sets.num_classes) + " classes, device " + device.str() + ", mode " + train_feed.mode() +
-            " (transfer " + c.pipeline.transfer_dtype + "), " + std::to_string(train_feed.workers()) + " workers, " +
-            std::to_string(steps_per_epoch) + " steps/epoch, precision " + c.train.precision);
-
-  pipeline::StepMeter meter(device.is_cuda() ? std::optional<c10::Stream>(gpu::current_stream(device)) : std::nullopt);
-  LossMeter losses(device);
-  Progress progress(c.run.progress_interval_s);
-  runner.model()->train();
-
-  for (int64_t epoch = start_epoch; epoch < c.train.epochs; ++epoch) {
-    const auto t0 = Clock::now();
-    const int64_t first = epoch == start_epoch ? start_step : 0;
-    train_feed.start_epoch(epoch, first);
-    meter.start_epoch(first == 0 ? warmup : std::min<int64_t>(warmup, (steps_per_epoch - first) / 4));
-    losses.reset();
-    int64_t step = first, bad = 0;
-    double lr = learning_rate(c.train, global_step, steps_per_epoch);
-    auto rate_t0 = Clock::now();
-    int64_t rate_samples = 0;
-    double rate = NAN;
-    while (step < steps_per_epoch && !g_stop_requested) {
-      auto batch = train_feed.next();
-      if (!batch) break;
-      lr = learning_rate(c.train, global_step, steps_per_epoch);
-      meter.begin_step();
-      losses.add(runner.train_step(batch->images, batch->labels, lr));
-      meter.end_step(batch->size, batch->wait_ms, batch->h2d_begin, batch->h2d_end);
-      out.steps(epoch, meter.take_resolved());
-      ++step;
-      ++global_step;
-      bad += batch->bad_images;
-      rate_samples += batch->size;
-      if (progress.due()) {
-        rate = rate_samples / seconds_since(rate_t0);
-        rate_t0 = Clock::now();
-        rate_samples = 0;
-        const double eta = (steps_per_epoch - step + (c.train.epochs - epoch - 1) * steps_per_epoch) * c.train.batch_size / rate;
-        std::ostringstream line;
-        line << "epoch " << epoch + 1 << "/" << c.train.epochs << " step " << step << "/" << steps_per_epoch << " | "
-             << static_cast<int64_t>(rate) << " samples/s | loss " << fmt_ms(losses.latest()) << " | lr " << lr
-             << " | ETA " << eta_text(eta);
-        progress.show(line.str());
-      }
-    }
-    const pipeline::EpochTiming timing = meter.finish_epoch();
-    out.steps(epoch, meter.take_resolved(true));
-    progress.end();
-    if (g_stop_requested) {
-      save_checkpoint(out.path("last.pt"), make_checkpoint(runner, c, epoch, step, global_step));
-      log::warn("interrupted: saved " + out.path("last.pt") + " at epoch " + std::to_string(epoch + 1) + " step " +
-                std::to_string(step) + "; continue with --resume " + out.path("last.pt"));
-      result.interrupted = true;
-      return result;
-    }
-
-    EpochResult er;
-    er.epoch = epoch + 1;
-    er.train_loss = losses.mean();
-    if (val_feed) {
-      const EvalResult ev = evaluate(runner, *val_feed);
-      er.val_loss = ev.loss;
-      er.val_top1 = ev.top1;
-      er.val_top5 = ev.top5;
-    } else {
-      er.val_loss = er.val_top1 = er.val_top5 = NAN;
-    }
-    er.samples_per_s = timing.samples_per_s;
-    er.epoch_seconds = seconds_since(t0);
-    result.epochs.push_back(er);
-
-    nlohmann::json row = {
-        {"epoch", er.epoch}, {"lr", lr}, {"train_loss", num_or_null(er.train_loss)},
-        {"val_loss", num_or_null(er.val_loss)}, {"val_top1", num_or_null(er.val_top1)},
-        {"val_top5", num_or_null(er.val_top5)}, {"samples_per_s", num_or_null(timing.samples_per_s)},
-        {"epoch_s", er.epoch_seconds}, {"steps", timing.steps}, {"warmup_steps", timing.warmup_steps},
-        {"wait_ms_mean", num_or_null(timing.wait_ms.mean)}, {"wait_ms_p50", num_or_null(timing.wait_ms.p50)},
-        {"wait_ms_p95", num_or_null(timing.wait_ms.p95)}, {"h2d_ms_mean", num_or_null(timing.h2d_ms.mean)},
-        {"compute_ms_mean", num_or_null(timing.compute_ms.mean)}, {"gpu_idle", num_or_null(timing.gpu_idle)},
-        {"mode", train_feed.mode()}, {"pinned_mb", static_cast<double>(train_feed.pinned_bytes()) / (1 << 20)},
-        {"workers", train_feed.workers()}, {"bad_images", bad}};
-    out.epoch(row);
-    std::ostringstream line;
-    line.precision(4);
-    line << "epoch " << er.epoch << "/" << c.train.epochs << ": train_loss " << er.train_loss << " val_loss "
-         << er.val_loss << " top1 " << er.val_top1 << " top5 " << er.val_top5 << " | " << timing.samples_per_s
-         << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(timing.wait_ms.mean) << " p50 "
-         << fmt_ms(timing.wait_ms.p50) << " p95 " << fmt_ms(timing.wait_ms.p95) << " | h2d ms "
-         << fmt_ms(timing.h2d_ms.mean) << " | GPU idle "
-         << (std::isnan(timing.gpu_idle) ? std::string("n/a") : fmt_ms(100 * timing.gpu_idle) + "%") << " | mode "
-         << train_feed.mode() << ", pinned " << train_feed.pinned_bytes() / (1 << 20) << " MB"
-         << (bad ? ", bad images " + std::to_string(bad) : "");
-    log::info(line.str());
-
-    const bool last = epoch + 1 == c.train.epochs;
-    if (last || (epoch + 1) % c.run.checkpoint_every == 0) {
-      save_checkpoint(out.path("last.pt"), make_checkpoint(runner, c, epoch + 1, 0, global_step));
-    }
-    if (g_stop_requested) {
-      result.interrupted = true;
-      return result;
-    }
-  }
+  training.run(out, start_epoch, start_step, result);
   return result;
 }
 
