@@ -41,7 +41,7 @@ json nan_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
 // Runs warm-up + steps training steps from `feeder`, crossing epoch boundaries as needed.
 Sample time_feeder(pipeline::Feeder& feeder, StepRunner& runner, const Config& c, const BenchArgs& a) {
   const c10::Device device = runner.device();
-  pipeline::StepMeter meter(device.is_cuda() ? std::optional<c10::Stream>(gpu::current_stream(device)) : std::nullopt);
+  pipeline::StepMeter meter(device);
   meter.start_epoch(a.warmup);
   int64_t epoch = 0;
   feeder.start_epoch(epoch);
@@ -65,7 +65,7 @@ Sample time_gpu_resident(pipeline::Feeder& feeder, StepRunner& runner, const Con
   feeder.start_epoch(0);
   auto b = feeder.next();
   const at::Tensor images = b->images.clone(), labels = b->labels.clone();
-  pipeline::StepMeter meter(device.is_cuda() ? std::optional<c10::Stream>(gpu::current_stream(device)) : std::nullopt);
+  pipeline::StepMeter meter(device);
   meter.start_epoch(a.warmup);
   for (int s = 0; s < a.warmup + a.steps && !g_stop_requested; ++s) {
     meter.begin_step();

@@ -234,6 +234,11 @@ toml::table parse_toml(const std::string& text, const std::string& source) {
 
 }  // namespace
 
+std::string location_of(const Config& c, const std::string& key) {
+  auto it = c.locations.find(key);
+  return it != c.locations.end() ? it->second : c.source + ":1:1";
+}
+
 std::string expand_user(const std::string& path) {
   if (path.rfind("~/", 0) == 0) {
     if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);
@@ -283,10 +288,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 }
 
 void check_config(const Config& c) {
-  auto loc = [&](const std::string& key) {
-    auto it = c.locations.find(key);
-    return it != c.locations.end() ? it->second : c.source + ":1:1";
-  };
+  auto loc = [&](const std::string& key) { return location_of(c, key); };
   if (c.data.root.empty()) {
     throw ConfigError(c.source + ":1:1: data.root is not set: point it at an ImageFolder "
                       "(or make one with pinfeed gen-data) in [data] or as data.root=PATH");

@@ -97,6 +97,8 @@ Config parse_config_string(const std::string& text, const std::string& source_na
                            const std::vector<std::string>& overrides = {});
 void apply_override(Config& config, const std::string& assignment);
 void check_config(const Config& config);  // cross-key checks
+// "file:line:col" where `key` was set, else the config file itself (for errors about a default value).
+std::string location_of(const Config& config, const std::string& key);
 
 std::string to_toml(const Config& config);  // the resolved config, every key
 

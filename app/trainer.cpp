@@ -106,7 +106,7 @@ void install_signal_handlers() {
 
 c10::Device resolve_device(const Config& c) {
   const std::string& d = c.train.device;
-  const std::string loc = c.locations.count("train.device") ? c.locations.at("train.device") : c.source + ":1:1";
+  const std::string loc = location_of(c, "train.device");
   if (d == "auto") return gpu::available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   if (d == "cpu") return c10::Device(c10::kCPU);
   if (!gpu::available()) {
@@ -123,10 +123,7 @@ c10::Device resolve_device(const Config& c) {
 }
 
 void check_for_device(const Config& c, c10::Device device) {
-  auto loc = [&](const std::string& key) {
-    auto it = c.locations.find(key);
-    return it != c.locations.end() ? it->second : c.source + ":1:1";
-  };
+  auto loc = [&](const std::string& key) { return location_of(c, key); };
   const auto problem = pipeline::check_options(pipeline_options(c), device.is_cuda());
   if (!problem.empty()) {
     std::string key = problem.substr(0, problem.find(' '));
@@ -158,7 +155,7 @@ Datasets open_datasets(const Config& c) {
   auto train_folder = data::scan_image_folder(root, c.data.train_split);
   d.num_classes = c.model.num_classes > 0 ? c.model.num_classes : static_cast<int64_t>(train_folder.classes.size());
   if (d.num_classes < static_cast<int64_t>(train_folder.classes.size())) {
-    throw ConfigError(c.locations.at("model.num_classes") + ": model.num_classes = " + std::to_string(d.num_classes) +
+    throw ConfigError(location_of(c, "model.num_classes") + ": model.num_classes = " + std::to_string(d.num_classes) +
                       " but " + root + " has " + std::to_string(train_folder.classes.size()) + " classes");
   }
   if (c.train.eval) {
@@ -441,7 +438,7 @@ class Training {
       : c_(c), device_(device), sets_(std::move(sets)),
         train_feed_(sets_.train, loader_options(c, true), pipeline_options(c), feeder_options(c, device)),
         runner_(c, sets_.num_classes, device),
-        meter_(device.is_cuda() ? std::optional<c10::Stream>(gpu::current_stream(device)) : std::nullopt),
+        meter_(device),
         losses_(device), progress_(c.run.progress_interval_s) {
     if (sets_.val) {
       val_feed_ = std::make_unique<pipeline::Feeder>(sets_.val, loader_options(c, false), pipeline_options(c),

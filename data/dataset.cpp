@@ -1,5 +1,6 @@
 #include "data/dataset.h"
 
+#include <optional>
 #include <stdexcept>
 
 #include "data/error.h"
@@ -22,7 +23,7 @@ void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, D
 
 int Dataset::load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label,
                   DecodeScratch& scratch) const {
-  SampleRng replacement_rng(stream_seed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index), 0xBAD));
+  std::optional<SampleRng> replacement_rng;  // seeded only when an image turns out bad
   int64_t current = index;
   for (int replaced = 0; replaced <= kMaxReplacements; ++replaced) {
     try {
@@ -40,7 +41,8 @@ int Dataset::load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_
                   (n == kLoggedBadImages ? " (further bad images are only counted)" : ""));
       }
       // Another sample than the one that just failed (the same seed picks the same one on every run).
-      if (size() > 1) current = (current + 1 + replacement_rng.below(size() - 1)) % size();
+      if (!replacement_rng) replacement_rng.emplace(stream_seed(seed, epoch, index, 0xBAD));
+      if (size() > 1) current = (current + 1 + replacement_rng->below(size() - 1)) % size();
     }
   }
   throw DataError("more than " + std::to_string(kMaxReplacements) + " bad images in a row replacing " +

@@ -52,6 +52,8 @@ class StepMeter {
  public:
   // compute: the stream the step runs on (CUDA), or nullopt on the CPU.
   explicit StepMeter(std::optional<c10::Stream> compute);
+  // The current stream of a CUDA device, or wall-clock timing on the CPU.
+  explicit StepMeter(c10::Device device);
 
   void start_epoch(int64_t warmup_steps);
   void begin_step();  // the batch is in hand; compute starts
