@@ -49,7 +49,6 @@ class Graph {
   // waits for, and is afterwards waited on by, the current stream.
   void capture(c10::Device device, int warmup, const std::function<void()>& body);
   void replay();
-  bool captured() const;
 
  private:
   struct Impl;

@@ -23,7 +23,6 @@ Graph::Graph() = default;
 Graph::~Graph() = default;
 void Graph::capture(c10::Device, int, const std::function<void()>&) { no_cuda(); }
 void Graph::replay() { no_cuda(); }
-bool Graph::captured() const { return false; }
 c10::Stream current_stream(c10::Device) { no_cuda(); }
 c10::Stream new_stream(c10::Device) { no_cuda(); }
 void synchronize(const c10::Stream&) { no_cuda(); }

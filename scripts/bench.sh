@@ -28,23 +28,26 @@ if [ ! -f "$data/.complete" ] && [ -z "${PINFEED_BENCH_DATA:-}" ]; then
   touch "$data/.complete"
 fi
 
-overrides_for() {
+# One table of the configurations: name -> batch size, precision, channels_last; both spellings derive from it.
+settings_for() {
   case $1 in
-    bs64-tf32) echo 'train.batch_size=64 train.precision=tf32 train.channels_last=false' ;;
-    bs64-bf16-cl) echo 'train.batch_size=64 train.precision=bf16 train.channels_last=true' ;;
-    bs256-bf16-cl) echo 'train.batch_size=256 train.precision=bf16 train.channels_last=true' ;;
+    bs64-tf32) echo '64 tf32 false' ;;
+    bs64-bf16-cl) echo '64 bf16 true' ;;
+    bs256-bf16-cl) echo '256 bf16 true' ;;
     *) echo "unknown config $1" >&2; exit 2 ;;
   esac
 }
-ref_flags_for() {
-  case $1 in
-    bs64-tf32) echo '--batch-size 64 --precision tf32' ;;
-    bs64-bf16-cl) echo '--batch-size 64 --precision bf16 --channels-last' ;;
-    bs256-bf16-cl) echo '--batch-size 256 --precision bf16 --channels-last' ;;
-  esac
+overrides_for() {  # pinfeed config overrides
+  read -r bs prec cl <<<"$(settings_for "$1")"
+  echo "train.batch_size=$bs train.precision=$prec train.channels_last=$cl"
+}
+ref_flags_for() {  # scripts/reference_pytorch.py flags
+  read -r bs prec cl <<<"$(settings_for "$1")"
+  echo "--batch-size $bs --precision $prec$([ "$cl" = true ] && echo ' --channels-last')"
 }
 
 cd "$repo"
+for c in $configs; do settings_for "$c" >/dev/null; done  # an unknown name stops here, before any run
 for c in $configs; do
   mkdir -p "$out/$c"
   # shellcheck disable=SC2046

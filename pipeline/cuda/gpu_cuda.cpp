@@ -31,7 +31,6 @@ double Event::elapsed_ms(const Event& later) const { return impl_->event.elapsed
 
 struct Graph::Impl {
   at::cuda::CUDAGraph graph;
-  bool captured = false;
 };
 
 Graph::Graph() : impl_(std::make_unique<Impl>()) {}
@@ -54,11 +53,9 @@ void Graph::capture(c10::Device device, int warmup, const std::function<void()>&
   }
   after.record(side);
   after.block(current);
-  impl_->captured = true;
 }
 
 void Graph::replay() { impl_->graph.replay(); }
-bool Graph::captured() const { return impl_->captured; }
 
 c10::Stream current_stream(c10::Device device) {
   return c10::cuda::getCurrentCUDAStream(device.has_index() ? device.index() : -1).unwrap();
