@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "app/config.h"
 #include "app/exit_codes.h"
@@ -33,6 +34,7 @@ constexpr const char* kLoaderOnly = "loader_only";
 
 struct Sample {  // one repeat of one mode
   double samples_per_s = NAN, wait_p50 = NAN, wait_mean = NAN, gpu_idle = NAN, h2d_mean = NAN;
+  double loader_mean = NAN, ahead_mean = NAN;
   std::string mode_ran;
 };
 
@@ -46,6 +48,7 @@ Sample time_feeder(pipeline::Feeder& feeder, StepRunner& runner, const Config& c
   int64_t epoch = 0;
   feeder.start_epoch(epoch);
   for (int s = 0; s < a.warmup + a.steps && !g_stop_requested; ++s) {
+    meter.hold_back(static_cast<int>(c.pipeline.max_steps_ahead));
     auto b = feeder.next();
     if (!b) {
       feeder.start_epoch(++epoch);
@@ -53,11 +56,12 @@ Sample time_feeder(pipeline::Feeder& feeder, StepRunner& runner, const Config& c
     }
     meter.begin_step();
     runner.train_step(b->images, b->labels, c.train.lr);
-    meter.end_step(b->size, b->wait_ms, b->h2d_begin, b->h2d_end);
+    meter.end_step(b->size, b->timing);
   }
   const auto t = meter.finish_epoch();
   feeder.start_epoch(epoch + 1);  // abandons what is in flight before the feeder goes
-  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, t.h2d_ms.mean, feeder.mode()};
+  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, t.h2d_ms.mean, t.loader_ms.mean, t.ahead_ms.mean,
+          feeder.mode()};
 }
 
 Sample time_gpu_resident(pipeline::Feeder& feeder, StepRunner& runner, const Config& c, const BenchArgs& a) {
@@ -68,13 +72,14 @@ Sample time_gpu_resident(pipeline::Feeder& feeder, StepRunner& runner, const Con
   pipeline::StepMeter meter(device);
   meter.start_epoch(a.warmup);
   for (int s = 0; s < a.warmup + a.steps && !g_stop_requested; ++s) {
+    meter.hold_back(static_cast<int>(c.pipeline.max_steps_ahead));
     meter.begin_step();
     runner.train_step(images, labels, c.train.lr);
-    meter.end_step(images.size(0), 0.0, nullptr, nullptr);
+    meter.end_step(images.size(0), {});
   }
   const auto t = meter.finish_epoch();
   feeder.start_epoch(1);
-  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, NAN, kGpuResident};
+  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, NAN, NAN, t.ahead_ms.mean, kGpuResident};
 }
 
 // The CPU pipeline alone: workers decode into a pageable ring, the consumer hands slots straight back.
@@ -107,7 +112,7 @@ Sample time_loader_only(const Datasets& sets, const Config& c, const BenchArgs& 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   loader.start_epoch(epoch + 1);
   const auto w = pipeline::summarize(waits);
-  return {samples / secs, w.p50, w.mean, NAN, NAN, kLoaderOnly};
+  return {samples / secs, w.p50, w.mean, NAN, NAN, w.mean, NAN, kLoaderOnly};
 }
 
 std::vector<std::string> default_modes() {
@@ -170,29 +175,25 @@ json summarise_row(const std::string& mode, const std::vector<Sample>& reps) {
   r["implementation"] = "pinfeed";
   r["mode"] = mode;
   r["mode_ran"] = reps.empty() ? mode : reps.front().mode_ran;
-  std::vector<double> sps, wp50, wmean, idle, h2d;
-  for (const auto& s : reps) {
-    sps.push_back(s.samples_per_s);
-    wp50.push_back(s.wait_p50);
-    wmean.push_back(s.wait_mean);
-    idle.push_back(s.gpu_idle);
-    h2d.push_back(s.h2d_mean);
+  // Each figure: every repeat, and the median of the repeats. (h2d keeps its older median name.)
+  const std::tuple<const char*, const char*, double Sample::*> figures[] = {
+      {"samples_per_s", "samples_per_s_median", &Sample::samples_per_s},
+      {"wait_ms_p50", "wait_ms_p50_median", &Sample::wait_p50},
+      {"wait_ms_mean", "wait_ms_mean_median", &Sample::wait_mean},
+      {"loader_ms_mean", "loader_ms_mean_median", &Sample::loader_mean},
+      {"ahead_ms_mean", "ahead_ms_mean_median", &Sample::ahead_mean},
+      {"gpu_idle", "gpu_idle_median", &Sample::gpu_idle},
+      {"h2d_ms_mean", "h2d_ms_median", &Sample::h2d_mean}};
+  for (const auto& [name, median_name, member] : figures) {
+    std::vector<double> v;
+    json all = json::array();
+    for (const auto& s : reps) {
+      v.push_back(s.*member);
+      all.push_back(nan_null(s.*member));
+    }
+    r[name] = all;
+    r[median_name] = nan_null(median(v));
   }
-  auto arr = [](const std::vector<double>& v) {
-    json a = json::array();
-    for (double x : v) a.push_back(nan_null(x));
-    return a;
-  };
-  r["samples_per_s"] = arr(sps);
-  r["wait_ms_p50"] = arr(wp50);
-  r["wait_ms_mean"] = arr(wmean);
-  r["gpu_idle"] = arr(idle);
-  r["h2d_ms_mean"] = arr(h2d);
-  r["samples_per_s_median"] = nan_null(median(sps));
-  r["wait_ms_p50_median"] = nan_null(median(wp50));
-  r["wait_ms_mean_median"] = nan_null(median(wmean));
-  r["gpu_idle_median"] = nan_null(median(idle));
-  r["h2d_ms_median"] = nan_null(median(h2d));
   return r;
 }
 
@@ -206,7 +207,8 @@ json bench_meta(const Config& c, c10::Device device, const Datasets& sets, int w
             {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
             {"channels_last", c.train.channels_last}, {"transfer_dtype", c.pipeline.transfer_dtype},
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
-            {"warmup_steps", a.warmup}, {"steps", a.steps}, {"repeats", a.repeats}};
+            {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
+            {"repeats", a.repeats}};
   if (device.is_cuda()) {
     const auto info = gpu::device_info(device.index());
     m["gpu"] = info.name;

@@ -1,5 +1,6 @@
 #include "pipeline/feeder.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/StreamGuard.h>
 
@@ -39,10 +40,14 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   if (cuda_ && options_.prefetch == Prefetch::kDualStream) copy_stream_ = gpu::new_stream(feeder_options_.device);
   const auto& t = loader_->dataset().transform();
   if (options_.transfer_dtype == TransferDtype::kUint8) {
-    mean_ = at::tensor({t.mean[0] * 255.f, t.mean[1] * 255.f, t.mean[2] * 255.f}).view({1, 3, 1, 1});
-    inv_std_ = at::tensor({1 / (t.std[0] * 255.f), 1 / (t.std[1] * 255.f), 1 / (t.std[2] * 255.f)}).view({1, 3, 1, 1});
-    mean_ = mean_.to(feeder_options_.device);
-    inv_std_ = inv_std_.to(feeder_options_.device);
+    // (p / 255 - mean) / std = p * scale + shift: one multiply that also casts, one add, both on the GPU.
+    std::vector<float> scale, shift;
+    for (int c = 0; c < 3; ++c) {
+      scale.push_back(1 / (t.std[c] * 255.f));
+      shift.push_back(-t.mean[c] / t.std[c]);
+    }
+    scale_ = at::tensor(scale).view({1, 3, 1, 1}).to(feeder_options_.device);
+    shift_ = at::tensor(shift).view({1, 3, 1, 1}).to(feeder_options_.device);
   }
 }
 
@@ -92,81 +97,88 @@ void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
 
 at::Tensor Feeder::to_model_layout(at::Tensor images) const {
   if (options_.transfer_dtype == TransferDtype::kUint8) {
-    // (B, S, S, 3) uint8 -> (B, 3, S, S) float: the permuted view already has channels_last strides.
-    images = images.permute({0, 3, 1, 2}).to(c10::kFloat).sub_(mean_).mul_(inv_std_);
+    // (B, S, S, 3) uint8 -> (B, 3, S, S) float: the permuted view already has channels_last strides, which
+    // the product keeps; the uint8 -> float cast happens inside the multiply.
+    images = images.permute({0, 3, 1, 2}).mul(scale_).add_(shift_);
     return feeder_options_.channels_last ? images : images.contiguous();
   }
   return feeder_options_.channels_last ? images.contiguous(c10::MemoryFormat::ChannelsLast) : images;
 }
 
 std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto batch = loader_->next();
+  loader_ms_ += ms_since(t0);
   if (!batch) return std::nullopt;
   DeviceBatch out;
   out.index = batch->index;
   out.size = batch->size;
   out.bad_images = batch->bad_images;
-  at::Tensor host_images = ring_->images(batch->slot).narrow(0, 0, batch->size);
-  at::Tensor host_labels = ring_->labels(batch->slot).narrow(0, 0, batch->size);
   if (!cuda_) {  // the model reads the ring slot directly; it is recycled at the next call
-    out.images = to_model_layout(host_images);
-    out.labels = host_labels;
+    out.images = to_model_layout(ring_->images(batch->slot).narrow(0, 0, batch->size));
+    out.labels = ring_->labels(batch->slot).narrow(0, 0, batch->size);
     held_ = batch;
     return out;
   }
+  // One copy per batch: the whole slot (images, then labels), even for a final partial batch.
   c10::StreamGuard guard(*stream);  // device tensors are allocated on, and copied by, this stream
-  out.h2d_begin = std::make_shared<gpu::Event>();
-  out.h2d_end = std::make_shared<gpu::Event>();
-  out.h2d_begin->record(*stream);
-  out.images = host_images.to(feeder_options_.device, options_.non_blocking);
-  out.labels = host_labels.to(feeder_options_.device, options_.non_blocking);
-  out.h2d_end->record(*stream);
-  loader_->recycle(*batch, std::make_shared<EventFence>(out.h2d_end));
-  out.images = to_model_layout(out.images);
+  const at::Tensor host = ring_->slot_bytes(batch->slot);
+  at::Tensor device_slot = at::empty({host.numel()}, at::TensorOptions().dtype(c10::kByte).device(feeder_options_.device));
+  out.timing.h2d_begin = events_.get();
+  out.timing.h2d_end = events_.get();
+  out.timing.h2d_begin->record(*stream);
+  device_slot.copy_(host, options_.non_blocking);
+  out.timing.h2d_end->record(*stream);
+  loader_->recycle(*batch, std::make_shared<EventFence>(out.timing.h2d_end));
+  out.images = to_model_layout(ring_->layout().images(device_slot).narrow(0, 0, batch->size));
+  out.labels = ring_->layout().labels(device_slot).narrow(0, 0, batch->size);
+  return out;
+}
+
+// The batch issued last call becomes current; the compute stream (not the host) waits for its copy, and the
+// next batch's copy is issued on the copy stream before the caller starts computing.
+std::optional<DeviceBatch> Feeder::next_dual_stream() {
+  auto issue_ahead = [&] {
+    ahead_ = transfer(&*copy_stream_);
+    if (!ahead_) return;
+    ahead_ready_ = events_.get();
+    ahead_ready_->record(*copy_stream_);
+  };
+  if (!ahead_) issue_ahead();
+  if (!ahead_) return std::nullopt;
+  const c10::Stream compute = gpu::current_stream(feeder_options_.device);
+  std::optional<DeviceBatch> out = std::move(ahead_);
+  ahead_.reset();
+  ahead_ready_->block(compute);
+  // Allocated on the copy stream, used on the compute stream: keep the caching allocator from handing these
+  // blocks out again before the compute stream is done with them. Images and labels share one block (or,
+  // for uint8, the images are a block of their own made by the normalisation).
+  out->images.record_stream(compute);
+  out->labels.record_stream(compute);
+  issue_ahead();
   return out;
 }
 
 std::optional<DeviceBatch> Feeder::next() {
   const auto t0 = std::chrono::steady_clock::now();
+  loader_ms_ = 0;
   if (held_) {
     loader_->recycle(*held_);
     held_.reset();
   }
   std::optional<DeviceBatch> out;
-  if (!cuda_ || options_.prefetch == Prefetch::kNone) {
-    if (cuda_) {
-      const c10::Stream compute = gpu::current_stream(feeder_options_.device);
-      out = transfer(&compute);
-    } else {
-      out = transfer(nullptr);
-    }
-  } else {
-    // dual_stream: the batch issued last call becomes current; the compute stream (not the host) waits for its
-    // copy, and the next batch's copy is issued on the copy stream before the caller starts computing.
+  if (!cuda_) {
+    out = transfer(nullptr);
+  } else if (options_.prefetch == Prefetch::kNone) {
     const c10::Stream compute = gpu::current_stream(feeder_options_.device);
-    if (!ahead_) {
-      ahead_ = transfer(&*copy_stream_);
-      if (ahead_) {
-        ahead_ready_ = std::make_shared<gpu::Event>();
-        ahead_ready_->record(*copy_stream_);
-      }
-    }
-    if (ahead_) {
-      out = std::move(ahead_);
-      ahead_.reset();
-      ahead_ready_->block(compute);
-      // Allocated on the copy stream, used on the compute stream: keep the caching allocator from
-      // handing these blocks out again before the compute stream is done with them.
-      out->images.record_stream(compute);
-      out->labels.record_stream(compute);
-      ahead_ = transfer(&*copy_stream_);
-      if (ahead_) {
-        ahead_ready_ = std::make_shared<gpu::Event>();
-        ahead_ready_->record(*copy_stream_);
-      }
-    }
+    out = transfer(&compute);
+  } else {
+    out = next_dual_stream();
   }
-  if (out) out->wait_ms = ms_since(t0);
+  if (out) {
+    out->timing.wait_ms = ms_since(t0);
+    out->timing.loader_ms = loader_ms_;
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "pipeline/gpu.h"
 #include "pipeline/host_ring.h"
 #include "pipeline/options.h"
+#include "pipeline/step_meter.h"
 
 namespace pinfeed::pipeline {
 
@@ -23,8 +24,7 @@ struct DeviceBatch {
   int64_t index = -1;
   int64_t size = 0;
   int bad_images = 0;
-  double wait_ms = 0;  // host time the caller was blocked in next(): queue wait + any synchronous copy
-  std::shared_ptr<gpu::Event> h2d_begin, h2d_end;  // copy span on its stream; null on the CPU
+  FeedTiming timing;  // host time in next() and the copy's span on its stream
 };
 
 struct FeederOptions {
@@ -54,6 +54,7 @@ class Feeder {
  private:
   void make_ring(const data::Dataset& dataset, int64_t batch_size, int slots);
   std::optional<DeviceBatch> transfer(const c10::Stream* stream);  // loader.next() + copy (+ normalise)
+  std::optional<DeviceBatch> next_dual_stream();
   at::Tensor to_model_layout(at::Tensor images) const;
 
   PipelineOptions options_;
@@ -65,7 +66,9 @@ class Feeder {
   std::optional<c10::Stream> copy_stream_;
   std::optional<DeviceBatch> ahead_;  // dual_stream: next batch, issued on the copy stream
   std::shared_ptr<gpu::Event> ahead_ready_;
-  at::Tensor mean_, inv_std_;  // (1, 3, 1, 1) on the device, in 0-255 pixel units, for uint8 transfers
+  gpu::EventPool events_;
+  double loader_ms_ = 0;      // this call's time blocked in loader_->next()
+  at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
 };
 
 }  // namespace pinfeed::pipeline

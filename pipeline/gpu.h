@@ -36,6 +36,21 @@ class Event {
   std::unique_ptr<Impl> impl_;
 };
 
+// Events handed out again instead of created and destroyed per step (cudaEventCreate/Destroy are driver calls
+// on the training thread). get() returns a free event, or a new one; it comes back to the pool when its last
+// shared_ptr goes, so an event still referenced (a pending timing, a slot's fence) is never re-recorded.
+// Thread-safe; the pool's storage lives as long as any event it handed out.
+class EventPool {
+ public:
+  EventPool();
+  std::shared_ptr<Event> get();
+  int64_t created() const;  // events made so far: stays flat once the pipeline is in steady state
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
 // A captured CUDA graph of work issued by a callback (pimpl over at::cuda::CUDAGraph). The callback runs on a
 // side stream, as capture requires; replay() launches the whole graph on the current stream with one call.
 class Graph {

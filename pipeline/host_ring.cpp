@@ -6,30 +6,46 @@
 
 namespace pinfeed::pipeline {
 
+namespace {
+int64_t align8(int64_t n) { return (n + 7) / 8 * 8; }
+}  // namespace
+
 int64_t ring_bytes(int slots, int64_t batch_size, size_t image_bytes) {
-  return static_cast<int64_t>(slots) * batch_size * (static_cast<int64_t>(image_bytes) + 8);
+  return slots * (align8(batch_size * static_cast<int64_t>(image_bytes)) + batch_size * 8);
+}
+
+SlotLayout::SlotLayout(int64_t batch_size, const std::vector<int64_t>& sample_shape, c10::ScalarType dtype)
+    : dtype(dtype), batch_size(batch_size) {
+  image_shape.push_back(batch_size);
+  image_shape.insert(image_shape.end(), sample_shape.begin(), sample_shape.end());
+  int64_t numel = 1;
+  for (int64_t d : image_shape) numel *= d;
+  image_bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  labels_offset = align8(image_bytes);
+  bytes = labels_offset + batch_size * 8;
+}
+
+at::Tensor SlotLayout::images(const at::Tensor& slot_bytes) const {
+  return slot_bytes.narrow(0, 0, image_bytes).view(dtype).view(image_shape);
+}
+
+at::Tensor SlotLayout::labels(const at::Tensor& slot_bytes) const {
+  return slot_bytes.narrow(0, labels_offset, batch_size * 8).view(c10::kLong);
 }
 
 HostRing::HostRing(int slots, int64_t batch_size, const std::vector<int64_t>& sample_shape, c10::ScalarType dtype,
                    bool pinned)
-    : pinned_(pinned) {
-  std::vector<int64_t> shape{batch_size};
-  shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+    : layout_(batch_size, sample_shape, dtype), pinned_(pinned) {
   for (int i = 0; i < slots; ++i) {
-    if (pinned) {
-      images_.push_back(gpu::pinned_empty(shape, dtype));
-      labels_.push_back(gpu::pinned_empty({batch_size}, c10::kLong));
-    } else {
-      images_.push_back(at::empty(shape, at::TensorOptions().dtype(dtype)));
-      labels_.push_back(at::empty({batch_size}, at::TensorOptions().dtype(c10::kLong)));
-    }
-    bytes_ += images_.back().nbytes() + labels_.back().nbytes();
+    slots_.push_back(pinned ? gpu::pinned_empty({layout_.bytes}, c10::kByte)
+                            : at::empty({layout_.bytes}, at::TensorOptions().dtype(c10::kByte)));
     free_.push_back(i);
   }
 }
 
 data::BatchMemory HostRing::memory(int slot) {
-  return {images_[slot].data_ptr(), labels_[slot].data_ptr<int64_t>()};
+  auto* base = static_cast<uint8_t*>(slots_[slot].data_ptr());
+  return {base, reinterpret_cast<int64_t*>(base + layout_.labels_offset)};
 }
 
 std::optional<int> HostRing::try_acquire() {

@@ -132,7 +132,7 @@ TEST(Feeder, CpuDeliversNormalisedBatchesInEitherTransferDtype) {
     ASSERT_TRUE(b);
     EXPECT_EQ(b->images.sizes(), (std::vector<int64_t>{4, 3, 16, 16}));
     EXPECT_EQ(b->images.scalar_type(), c10::kFloat);
-    EXPECT_EQ(b->h2d_end, nullptr);
+    EXPECT_EQ(b->timing.h2d_end, nullptr);
     const double mean = b->images.mean().item<double>();
     EXPECT_GT(mean, -2.5);
     EXPECT_LT(mean, 2.5);
@@ -154,18 +154,60 @@ TEST(StepMeter, PercentilesInterpolateAndIgnoreNotApplicable) {
   EXPECT_TRUE(std::isnan(summarize({}).mean));
 }
 
+TEST(SlotLayout, LabelsFollowTheImagesAlignedAndDoNotOverlap) {
+  const SlotLayout odd(3, {5, 5, 3}, c10::kByte);  // 225 image bytes: the labels start at 232
+  EXPECT_EQ(odd.image_bytes, 3 * 75);
+  EXPECT_EQ(odd.labels_offset, 232);
+  EXPECT_EQ(odd.bytes, 232 + 3 * 8);
+  HostRing ring(2, 3, {5, 5, 3}, c10::kByte, /*pinned=*/false);
+  EXPECT_EQ(ring.bytes(), ring_bytes(2, 3, 75));
+  const data::BatchMemory m = ring.memory(1);
+  EXPECT_EQ(m.images, ring.images(1).data_ptr());
+  EXPECT_EQ(m.labels, ring.labels(1).data_ptr<int64_t>());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m.labels) % 8, 0u);
+  ring.images(1).fill_(255);
+  for (int i = 0; i < 3; ++i) m.labels[i] = 100 + i;
+  EXPECT_EQ(ring.images(1).sum().item<int64_t>(), 255 * 225) << "labels overwrote image bytes";
+  EXPECT_EQ(ring.labels(1)[2].item<int64_t>(), 102);
+  EXPECT_EQ(ring.images(1).sizes(), (std::vector<int64_t>{3, 5, 5, 3}));
+}
+
+TEST(EventPool, ReusesEventsOnceReleased) {
+  gpu::EventPool pool;
+  {
+    auto a = pool.get(), b = pool.get();
+    EXPECT_NE(a.get(), b.get());
+  }
+  for (int i = 0; i < 10; ++i) {
+    auto a = pool.get(), b = pool.get();
+  }
+  EXPECT_EQ(pool.created(), 2);
+  std::shared_ptr<gpu::Event> outlives;
+  {
+    gpu::EventPool short_lived;
+    outlives = short_lived.get();
+  }
+  outlives.reset();  // returns to a pool whose owner is gone: must not crash
+}
+
 TEST(StepMeter, CpuReportsGpuFiguresAsNotApplicableAndExcludesWarmup) {
   StepMeter meter(std::nullopt);
   meter.start_epoch(2);
   for (int i = 0; i < 5; ++i) {
     meter.begin_step();
-    meter.end_step(8, /*wait_ms=*/i, nullptr, nullptr);
+    EXPECT_EQ(meter.hold_back(2), 0);  // nothing to wait for on the CPU
+    FeedTiming feed;
+    feed.wait_ms = i;
+    feed.loader_ms = i / 2.0;
+    meter.end_step(8, feed);
   }
   const EpochTiming t = meter.finish_epoch();
   EXPECT_EQ(t.warmup_steps, 2);
   EXPECT_EQ(t.steps, 3);
   EXPECT_EQ(t.samples, 24);
   EXPECT_DOUBLE_EQ(t.wait_ms.mean, 3.0);  // steps 2, 3, 4
+  EXPECT_DOUBLE_EQ(t.loader_ms.mean, 1.5);
+  EXPECT_DOUBLE_EQ(t.ahead_ms.mean, 0.0);
   EXPECT_TRUE(std::isnan(t.gpu_idle));
   EXPECT_TRUE(std::isnan(t.h2d_ms.mean));
   EXPECT_GT(t.samples_per_s, 0);
