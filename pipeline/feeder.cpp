@@ -37,7 +37,6 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   const int slots = feeder_options_.ring_slots > 0 ? feeder_options_.ring_slots : loader_options.prefetch_batches + 2;
   make_ring(*dataset, loader_options.batch_size, slots);
   loader_ = std::make_unique<data::Loader>(std::move(dataset), loader_options, ring_.get());
-  if (cuda_ && options_.prefetch == Prefetch::kDualStream) copy_stream_ = gpu::new_stream(feeder_options_.device);
   const auto& t = loader_->dataset().transform();
   if (options_.transfer_dtype == TransferDtype::kUint8) {
     // (p / 255 - mean) / std = p * scale + shift: one multiply that also casts, one add, both on the GPU.
@@ -49,10 +48,23 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
     scale_ = at::tensor(scale).view({1, 3, 1, 1}).to(feeder_options_.device);
     shift_ = at::tensor(shift).view({1, 3, 1, 1}).to(feeder_options_.device);
   }
+  if (cuda_ && options_.prefetch == Prefetch::kDualStream) {
+    copy_stream_ = gpu::new_stream(feeder_options_.device);
+    copier_ = std::thread([this] { copier_loop(); });
+  }
 }
 
 Feeder::~Feeder() {
-  ahead_.reset();
+  if (copier_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    copier_.join();  // after any transfer it is in: the workers are still there to finish that batch
+  }
+  copied_.clear();
   loader_.reset();  // joins the workers before the ring's memory goes
 }
 
@@ -84,15 +96,88 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
 }
 
 void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
-  if (ahead_) {  // an abandoned dual_stream batch: its copy must finish before its slot is reused
-    ahead_ready_->synchronize();
-    ahead_.reset();
+  if (copier_.joinable()) {
+    stop_copier_epoch();
+    loader_->start_epoch(epoch, first_batch);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      copying_ = true;
+    }
+    cv_.notify_all();
+    return;
   }
   if (held_) {
     loader_->recycle(*held_);
     held_.reset();
   }
   loader_->start_epoch(epoch, first_batch);
+}
+
+void Feeder::stop_copier_epoch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  copying_ = false;
+  ++generation_;
+  cv_.wait(lock, [&] { return !busy_; });
+  // Batches copied but not taken: their slots are fenced on their copies already, and their device memory
+  // goes back to the caching allocator in copy-stream order, so dropping them is safe.
+  copied_.clear();
+}
+
+void Feeder::copier_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || (copying_ && static_cast<int>(copied_.size()) < kDeviceAhead); });
+    if (stop_) return;
+    const uint64_t generation = generation_;
+    busy_ = true;
+    lock.unlock();
+    Copied item;
+    try {
+      item.batch = transfer(&*copy_stream_);
+      if (item.batch) {
+        item.ready = events_.get();
+        item.ready->record(*copy_stream_);
+      }
+    } catch (...) {
+      item.error = std::current_exception();
+    }
+    lock.lock();
+    busy_ = false;
+    if (generation == generation_) {
+      if (!item.batch) copying_ = false;  // the epoch's end, or a failure: wait for the next start_epoch
+      copied_.push_back(std::move(item));
+    }
+    cv_.notify_all();
+  }
+}
+
+std::optional<DeviceBatch> Feeder::next_copied() {
+  Copied item;
+  double waited_ms = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (copied_.empty() && !copying_) return std::nullopt;  // the epoch was over already
+    if (copied_.empty()) {  // nothing copied yet: the input pipeline is behind
+      const auto t0 = std::chrono::steady_clock::now();
+      cv_.wait(lock, [&] { return !copied_.empty(); });
+      waited_ms = ms_since(t0);
+    }
+    item = std::move(copied_.front());
+    copied_.pop_front();
+  }
+  cv_.notify_all();  // room for the copier to issue one more
+  if (item.error) std::rethrow_exception(item.error);
+  if (!item.batch) return std::nullopt;
+  // The compute stream (not the host) waits for the copy. The batch was allocated on the copy stream and is
+  // used on the compute stream: keep the caching allocator from handing its blocks out again before the
+  // compute stream is done with them (images and labels share one block, or the images are the block the
+  // uint8 normalisation made).
+  const c10::Stream compute = gpu::current_stream(feeder_options_.device);
+  item.ready->block(compute);
+  item.batch->images.record_stream(compute);
+  item.batch->labels.record_stream(compute);
+  item.batch->timing.loader_ms = waited_ms;
+  return std::move(item.batch);
 }
 
 at::Tensor Feeder::to_model_layout(at::Tensor images) const {
@@ -108,9 +193,10 @@ at::Tensor Feeder::to_model_layout(at::Tensor images) const {
 std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   const auto t0 = std::chrono::steady_clock::now();
   auto batch = loader_->next();
-  loader_ms_ += ms_since(t0);
+  const double loader_ms = ms_since(t0);
   if (!batch) return std::nullopt;
   DeviceBatch out;
+  out.timing.loader_ms = loader_ms;
   out.index = batch->index;
   out.size = batch->size;
   out.bad_images = batch->bad_images;
@@ -135,50 +221,22 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   return out;
 }
 
-// The batch issued last call becomes current; the compute stream (not the host) waits for its copy, and the
-// next batch's copy is issued on the copy stream before the caller starts computing.
-std::optional<DeviceBatch> Feeder::next_dual_stream() {
-  auto issue_ahead = [&] {
-    ahead_ = transfer(&*copy_stream_);
-    if (!ahead_) return;
-    ahead_ready_ = events_.get();
-    ahead_ready_->record(*copy_stream_);
-  };
-  if (!ahead_) issue_ahead();
-  if (!ahead_) return std::nullopt;
-  const c10::Stream compute = gpu::current_stream(feeder_options_.device);
-  std::optional<DeviceBatch> out = std::move(ahead_);
-  ahead_.reset();
-  ahead_ready_->block(compute);
-  // Allocated on the copy stream, used on the compute stream: keep the caching allocator from handing these
-  // blocks out again before the compute stream is done with them. Images and labels share one block (or,
-  // for uint8, the images are a block of their own made by the normalisation).
-  out->images.record_stream(compute);
-  out->labels.record_stream(compute);
-  issue_ahead();
-  return out;
-}
-
 std::optional<DeviceBatch> Feeder::next() {
   const auto t0 = std::chrono::steady_clock::now();
-  loader_ms_ = 0;
   if (held_) {
     loader_->recycle(*held_);
     held_.reset();
   }
   std::optional<DeviceBatch> out;
-  if (!cuda_) {
-    out = transfer(nullptr);
-  } else if (options_.prefetch == Prefetch::kNone) {
+  if (copier_.joinable()) {
+    out = next_copied();
+  } else if (cuda_) {
     const c10::Stream compute = gpu::current_stream(feeder_options_.device);
     out = transfer(&compute);
   } else {
-    out = next_dual_stream();
+    out = transfer(nullptr);
   }
-  if (out) {
-    out->timing.wait_ms = ms_since(t0);
-    out->timing.loader_ms = loader_ms_;
-  }
+  if (out) out->timing.wait_ms = ms_since(t0);
   return out;
 }
 

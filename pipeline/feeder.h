@@ -6,9 +6,14 @@
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "data/loader.h"
 #include "pipeline/gpu.h"
@@ -33,8 +38,15 @@ struct FeederOptions {
   int ring_slots = 0;  // 0: prefetch_batches + 2 (one being copied, one being computed on)
 };
 
+// dual_stream on CUDA: a copier thread of the Feeder's own takes each batch from the loader as soon as it is
+// decoded and issues its copy (and, for uint8, its normalisation) on a copy stream, up to kDeviceAhead batches
+// ahead; next() on the training thread only takes a ready batch and makes the compute stream wait for it.
+// Issuing a copy costs 40-70 us of driver and allocator calls on an idle host and 3-4x that next to busy
+// decode workers (docs/results/h200.md): work kept off the thread that launches the GPU's kernels.
 class Feeder {
  public:
+  static constexpr int kDeviceAhead = 2;  // dual_stream: batches copied to the device ahead of the current one
+
   Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
          PipelineOptions options, FeederOptions feeder_options);
   ~Feeder();
@@ -52,10 +64,18 @@ class Feeder {
   const HostRing& ring() const { return *ring_; }
 
  private:
+  struct Copied {  // one item of the copier's queue; no batch and no error: the epoch is over
+    std::optional<DeviceBatch> batch;
+    std::shared_ptr<gpu::Event> ready;  // on the copy stream, after the copy and normalisation
+    std::exception_ptr error;
+  };
+
   void make_ring(const data::Dataset& dataset, int64_t batch_size, int slots);
   std::optional<DeviceBatch> transfer(const c10::Stream* stream);  // loader.next() + copy (+ normalise)
-  std::optional<DeviceBatch> next_dual_stream();
   at::Tensor to_model_layout(at::Tensor images) const;
+  void copier_loop();
+  void stop_copier_epoch();  // the copier idle and its queue empty
+  std::optional<DeviceBatch> next_copied();  // timing.loader_ms: time blocked because nothing was copied yet
 
   PipelineOptions options_;
   FeederOptions feeder_options_;
@@ -63,12 +83,19 @@ class Feeder {
   std::unique_ptr<HostRing> ring_;
   std::unique_ptr<data::Loader> loader_;
   std::optional<data::Batch> held_;  // CPU: batch in use by the model, recycled at the next call
-  std::optional<c10::Stream> copy_stream_;
-  std::optional<DeviceBatch> ahead_;  // dual_stream: next batch, issued on the copy stream
-  std::shared_ptr<gpu::Event> ahead_ready_;
   gpu::EventPool events_;
-  double loader_ms_ = 0;      // this call's time blocked in loader_->next()
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
+
+  // dual_stream copier; mutex_ guards the fields below it
+  std::optional<c10::Stream> copy_stream_;
+  std::thread copier_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Copied> copied_;
+  bool copying_ = false;  // an epoch is being copied
+  bool busy_ = false;     // the copier is inside transfer()
+  bool stop_ = false;
+  uint64_t generation_ = 0;  // bumped by start_epoch: a transfer begun before it is dropped
 };
 
 }  // namespace pinfeed::pipeline

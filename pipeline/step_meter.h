@@ -34,7 +34,7 @@ Summary summarize(std::vector<double> values);  // NaN entries are ignored
 // What one batch cost the training thread in Feeder::next(), and its copy's span on the GPU.
 struct FeedTiming {
   double wait_ms = 0;    // host time blocked in next(): loader hand-off, issuing the copy, any synchronous copy
-  double loader_ms = 0;  // of which blocked on the loader (the CPU pipeline had no batch ready)
+  double loader_ms = 0;  // of which blocked because the input pipeline had no batch ready (loader, or copier)
   std::shared_ptr<gpu::Event> h2d_begin, h2d_end;  // null on the CPU
 };
 
@@ -44,7 +44,6 @@ struct StepRecord {
   bool warmup = false;
   double wait_ms = 0;
   double loader_ms = 0;
-  double ahead_ms = 0;  // host blocked before the step because it was max_ahead steps ahead of the GPU
   double h2d_ms = kNotApplicable;
   double compute_ms = kNotApplicable;
 };
@@ -53,7 +52,7 @@ struct EpochTiming {
   int64_t steps = 0, warmup_steps = 0, samples = 0;  // steps and samples measured (after warm-up)
   double seconds = 0;                                // synchronised wall time of the measured steps
   double samples_per_s = kNotApplicable;
-  Summary wait_ms, loader_ms, ahead_ms, h2d_ms, compute_ms;
+  Summary wait_ms, loader_ms, h2d_ms, compute_ms;
   double gpu_idle = kNotApplicable;  // fraction, 0..1
 };
 
@@ -65,11 +64,6 @@ class StepMeter {
   explicit StepMeter(c10::Device device);
 
   void start_epoch(int64_t warmup_steps);
-  // Call before fetching a step's batch. Blocks until the GPU has finished the step max_ahead steps back, so
-  // that the host stays at most max_ahead steps ahead (0: no limit). Unbounded, the host fills CUDA's launch
-  // queue and then blocks inside whatever CUDA call comes next, including the batch copy in Feeder::next(),
-  // where GPU back-pressure would be counted as waiting for data. Returns the ms blocked (also in the record).
-  double hold_back(int max_ahead);
   void begin_step();  // the batch is in hand; compute starts
   void end_step(int64_t samples, const FeedTiming& feed);
   // Records whose events have completed, oldest first; with wait, all of them (synchronises).
@@ -90,7 +84,6 @@ class StepMeter {
   bool measuring_ = false;
   std::shared_ptr<gpu::Event> reference_;  // begin of the first measured step
   std::shared_ptr<gpu::Event> current_begin_;
-  double ahead_ms_ = 0;  // this step's hold_back
   gpu::EventPool events_;
   std::deque<Pending> pending_;
   std::vector<StepRecord> resolved_, epoch_records_;
