@@ -34,7 +34,7 @@ constexpr const char* kLoaderOnly = "loader_only";
 
 struct Sample {  // one repeat of one mode
   double samples_per_s = NAN, wait_p50 = NAN, wait_mean = NAN, gpu_idle = NAN, h2d_mean = NAN;
-  double loader_mean = NAN;
+  double loader_mean = NAN, ahead_mean = NAN;
   std::string mode_ran;
 };
 
@@ -48,6 +48,7 @@ Sample time_feeder(pipeline::Feeder& feeder, StepRunner& runner, const Config& c
   int64_t epoch = 0;
   feeder.start_epoch(epoch);
   for (int s = 0; s < a.warmup + a.steps && !g_stop_requested; ++s) {
+    meter.hold_back(static_cast<int>(c.pipeline.max_steps_ahead));
     auto b = feeder.next();
     if (!b) {
       feeder.start_epoch(++epoch);
@@ -59,7 +60,8 @@ Sample time_feeder(pipeline::Feeder& feeder, StepRunner& runner, const Config& c
   }
   const auto t = meter.finish_epoch();
   feeder.start_epoch(epoch + 1);  // abandons what is in flight before the feeder goes
-  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, t.h2d_ms.mean, t.loader_ms.mean, feeder.mode()};
+  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, t.h2d_ms.mean, t.loader_ms.mean, t.ahead_ms.mean,
+          feeder.mode()};
 }
 
 Sample time_gpu_resident(pipeline::Feeder& feeder, StepRunner& runner, const Config& c, const BenchArgs& a) {
@@ -70,13 +72,14 @@ Sample time_gpu_resident(pipeline::Feeder& feeder, StepRunner& runner, const Con
   pipeline::StepMeter meter(device);
   meter.start_epoch(a.warmup);
   for (int s = 0; s < a.warmup + a.steps && !g_stop_requested; ++s) {
+    meter.hold_back(static_cast<int>(c.pipeline.max_steps_ahead));
     meter.begin_step();
     runner.train_step(images, labels, c.train.lr);
     meter.end_step(images.size(0), {});
   }
   const auto t = meter.finish_epoch();
   feeder.start_epoch(1);
-  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, NAN, NAN, kGpuResident};
+  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, NAN, NAN, t.ahead_ms.mean, kGpuResident};
 }
 
 // The CPU pipeline alone: workers decode into a pageable ring, the consumer hands slots straight back.
@@ -109,7 +112,7 @@ Sample time_loader_only(const Datasets& sets, const Config& c, const BenchArgs& 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   loader.start_epoch(epoch + 1);
   const auto w = pipeline::summarize(waits);
-  return {samples / secs, w.p50, w.mean, NAN, NAN, w.mean, kLoaderOnly};
+  return {samples / secs, w.p50, w.mean, NAN, NAN, w.mean, NAN, kLoaderOnly};
 }
 
 std::vector<std::string> default_modes() {
@@ -178,6 +181,7 @@ json summarise_row(const std::string& mode, const std::vector<Sample>& reps) {
       {"wait_ms_p50", "wait_ms_p50_median", &Sample::wait_p50},
       {"wait_ms_mean", "wait_ms_mean_median", &Sample::wait_mean},
       {"loader_ms_mean", "loader_ms_mean_median", &Sample::loader_mean},
+      {"ahead_ms_mean", "ahead_ms_mean_median", &Sample::ahead_mean},
       {"gpu_idle", "gpu_idle_median", &Sample::gpu_idle},
       {"h2d_ms_mean", "h2d_ms_median", &Sample::h2d_mean}};
   for (const auto& [name, median_name, member] : figures) {
@@ -203,7 +207,8 @@ json bench_meta(const Config& c, c10::Device device, const Datasets& sets, int w
             {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
             {"channels_last", c.train.channels_last}, {"transfer_dtype", c.pipeline.transfer_dtype},
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
-            {"warmup_steps", a.warmup}, {"steps", a.steps}, {"repeats", a.repeats}};
+            {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
+            {"repeats", a.repeats}};
   if (device.is_cuda()) {
     const auto info = gpu::device_info(device.index());
     m["gpu"] = info.name;

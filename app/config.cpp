@@ -141,6 +141,7 @@ const std::vector<Key>& keys() {
       key("pipeline.prefetch", &C::pipeline, &PipelineConfig::prefetch, "dual_stream: copy the next batch on its own stream during compute", one_of({"none", "dual_stream"})),
       key("pipeline.transfer_dtype", &C::pipeline, &PipelineConfig::transfer_dtype, "float32 (normalised on host) | uint8 (normalised on GPU, 4x fewer bytes)", one_of({"float32", "uint8"})),
       key("pipeline.pinned_budget_mb", &C::pipeline, &PipelineConfig::pinned_budget_mb, "cap on page-locked MB; 0 = 30% of RAM", at_least<int64_t>(0)),
+      key("pipeline.max_steps_ahead", &C::pipeline, &PipelineConfig::max_steps_ahead, "the host queues at most this many steps ahead of the GPU, then waits (ahead_ms, not wait_ms); 0 = no limit; 1 serialises host and GPU", at_least<int64_t>(0)),
       key("pipeline.warmup_steps", &C::pipeline, &PipelineConfig::warmup_steps, "steps per epoch left out of the timing figures", at_least<int64_t>(0)),
       key("run.name", &C::run, &RunConfig::name, "run directory is <dir>/<timestamp>-<name>"),
       key("run.dir", &C::run, &RunConfig::dir, "where run directories go"),

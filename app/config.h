@@ -70,6 +70,7 @@ struct PipelineConfig {
   std::string transfer_dtype = "float32";
   int64_t pinned_budget_mb = 0;
   int64_t warmup_steps = 10;  // per epoch, excluded from wait/idle/samples-per-s figures
+  int64_t max_steps_ahead = 2;  // the host runs at most this many steps ahead of the GPU; 0 = no limit
 };
 
 struct RunConfig {

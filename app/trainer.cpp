@@ -371,7 +371,7 @@ class RunOutputs {
     if (!steps_.is_open()) return;
     for (const auto& r : records) {
       steps_.append(nlohmann::json{{"epoch", epoch}, {"step", r.step}, {"samples", r.samples}, {"warmup", r.warmup},
-                                   {"wait_ms", r.wait_ms}, {"loader_ms", r.loader_ms},
+                                   {"wait_ms", r.wait_ms}, {"loader_ms", r.loader_ms}, {"ahead_ms", r.ahead_ms},
                                    {"h2d_ms", num_or_null(r.h2d_ms)},
                                    {"compute_ms", num_or_null(r.compute_ms)}}.dump(),
                     /*sync=*/false);
@@ -380,7 +380,7 @@ class RunOutputs {
 
   static constexpr const char* kCsvColumns[] = {
       "epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "samples_per_s", "epoch_s", "steps",
-      "warmup_steps", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "loader_ms_mean", "h2d_ms_mean",
+      "warmup_steps", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "loader_ms_mean", "ahead_ms_mean", "h2d_ms_mean",
       "compute_ms_mean",
       "gpu_idle", "mode", "pinned_mb", "host_rss_mb", "workers", "bad_images"};
  private:
@@ -521,6 +521,7 @@ class Training {
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
     while (p.step < steps_per_epoch_ && !g_stop_requested) {
+      meter_.hold_back(static_cast<int>(c_.pipeline.max_steps_ahead));
       auto batch = train_feed_.next();
       if (!batch) break;
       p.lr = learning_rate(c_.train, global_step_, steps_per_epoch_);
@@ -561,7 +562,7 @@ class Training {
                {"epoch_s", er.epoch_seconds}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
                {"wait_ms_mean", num_or_null(t.wait_ms.mean)}, {"wait_ms_p50", num_or_null(t.wait_ms.p50)},
                {"wait_ms_p95", num_or_null(t.wait_ms.p95)}, {"loader_ms_mean", num_or_null(t.loader_ms.mean)},
-               {"h2d_ms_mean", num_or_null(t.h2d_ms.mean)},
+               {"ahead_ms_mean", num_or_null(t.ahead_ms.mean)}, {"h2d_ms_mean", num_or_null(t.h2d_ms.mean)},
                {"compute_ms_mean", num_or_null(t.compute_ms.mean)}, {"gpu_idle", num_or_null(t.gpu_idle)},
                {"mode", train_feed_.mode()},
                {"pinned_mb", static_cast<double>(train_feed_.pinned_bytes()) / (1 << 20)}, {"host_rss_mb", host_rss_mb()},
@@ -572,7 +573,7 @@ class Training {
          << er.val_loss << " top1 " << er.val_top1 << " top5 " << er.val_top5 << " | " << t.samples_per_s
          << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
          << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " (loader " << fmt_ms(t.loader_ms.mean)
-         << ") | h2d ms " << fmt_ms(t.h2d_ms.mean)
+         << ") | ahead ms " << fmt_ms(t.ahead_ms.mean) << " | h2d ms " << fmt_ms(t.h2d_ms.mean)
          << " | GPU idle " << (std::isnan(t.gpu_idle) ? std::string("n/a") : fmt_ms(100 * t.gpu_idle) + "%")
          << " | mode " << train_feed_.mode() << ", pinned " << train_feed_.pinned_bytes() / (1 << 20) << " MB, RSS "
          << static_cast<int64_t>(host_rss_mb()) << " MB"

@@ -50,6 +50,18 @@ void StepMeter::start_epoch(int64_t warmup_steps) {
   spans_.clear();
 }
 
+double StepMeter::hold_back(int max_ahead) {
+  ahead_ms_ = 0;
+  if (!compute_ || max_ahead <= 0) return 0;
+  resolve(false);
+  const int64_t queued = static_cast<int64_t>(pending_.size());  // steps not known to be finished
+  if (queued < max_ahead) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  pending_[queued - max_ahead].end->synchronize();
+  ahead_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return ahead_ms_;
+}
+
 void StepMeter::begin_step() {
   host_begin_ = std::chrono::steady_clock::now();
   if (!compute_) return;
@@ -65,6 +77,8 @@ void StepMeter::end_step(int64_t samples, const FeedTiming& feed) {
   p.record.warmup = !measuring_;
   p.record.wait_ms = feed.wait_ms;
   p.record.loader_ms = feed.loader_ms;
+  p.record.ahead_ms = ahead_ms_;
+  ahead_ms_ = 0;
   if (compute_) {
     p.begin = std::move(current_begin_);
     p.end = events_.get();
@@ -118,7 +132,7 @@ EpochTiming StepMeter::finish_epoch() {
   const auto t1 = std::chrono::steady_clock::now();
   resolve(true);
   EpochTiming t;
-  std::vector<double> wait, loader, h2d, compute;
+  std::vector<double> wait, loader, ahead, h2d, compute;
   for (const auto& r : epoch_records_) {
     if (r.warmup) {
       ++t.warmup_steps;
@@ -128,6 +142,7 @@ EpochTiming StepMeter::finish_epoch() {
     t.samples += r.samples;
     wait.push_back(r.wait_ms);
     loader.push_back(r.loader_ms);
+    ahead.push_back(r.ahead_ms);
     h2d.push_back(r.h2d_ms);
     compute.push_back(r.compute_ms);
   }
@@ -135,6 +150,7 @@ EpochTiming StepMeter::finish_epoch() {
   if (t.seconds > 0 && t.samples > 0) t.samples_per_s = t.samples / t.seconds;
   t.wait_ms = summarize(wait);
   t.loader_ms = summarize(loader);
+  t.ahead_ms = summarize(ahead);
   t.h2d_ms = summarize(h2d);
   t.compute_ms = summarize(compute);
   if (compute_) t.gpu_idle = idle_fraction(spans_);

@@ -44,6 +44,7 @@ struct StepRecord {
   bool warmup = false;
   double wait_ms = 0;
   double loader_ms = 0;
+  double ahead_ms = 0;  // host blocked before the step because it was max_ahead steps ahead of the GPU
   double h2d_ms = kNotApplicable;
   double compute_ms = kNotApplicable;
 };
@@ -52,7 +53,7 @@ struct EpochTiming {
   int64_t steps = 0, warmup_steps = 0, samples = 0;  // steps and samples measured (after warm-up)
   double seconds = 0;                                // synchronised wall time of the measured steps
   double samples_per_s = kNotApplicable;
-  Summary wait_ms, loader_ms, h2d_ms, compute_ms;
+  Summary wait_ms, loader_ms, ahead_ms, h2d_ms, compute_ms;
   double gpu_idle = kNotApplicable;  // fraction, 0..1
 };
 
@@ -64,6 +65,12 @@ class StepMeter {
   explicit StepMeter(c10::Device device);
 
   void start_epoch(int64_t warmup_steps);
+  // Call before fetching a step's batch. Blocks until the GPU has finished the step max_ahead steps back, so
+  // that the host stays at most max_ahead steps ahead (0: no limit). Unbounded (a CUDA-graph step is one
+  // launch), the host runs far ahead, device memory holds a batch per queued step, and GPU back-pressure
+  // blocks whatever CUDA call comes next, the batch hand-over in Feeder::next() included, where it would be
+  // counted as waiting for data. Returns the ms blocked (also in the step's record as ahead_ms).
+  double hold_back(int max_ahead);
   void begin_step();  // the batch is in hand; compute starts
   void end_step(int64_t samples, const FeedTiming& feed);
   // Records whose events have completed, oldest first; with wait, all of them (synchronises).
@@ -84,6 +91,7 @@ class StepMeter {
   bool measuring_ = false;
   std::shared_ptr<gpu::Event> reference_;  // begin of the first measured step
   std::shared_ptr<gpu::Event> current_begin_;
+  double ahead_ms_ = 0;  // this step's hold_back
   gpu::EventPool events_;
   std::deque<Pending> pending_;
   std::vector<StepRecord> resolved_, epoch_records_;

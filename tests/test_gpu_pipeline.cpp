@@ -154,6 +154,34 @@ TEST(GpuPipeline, InjectedHostDelayYieldsTheExpectedIdleFraction) {
   EXPECT_NEAR(t.gpu_idle, expected, 0.02) << "compute " << t.compute_ms.mean << " ms";
 }
 
+TEST(GpuPipeline, HoldBackKeepsTheHostAtMostMaxAheadSteps) {
+  SKIP_WITHOUT_CUDA();
+  const c10::Stream stream = gpu::current_stream(kCuda);
+  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(kCuda));
+  a.mm(a);
+  gpu::synchronize(stream);
+  StepMeter meter(stream);
+  meter.start_epoch(0);
+  std::vector<std::shared_ptr<gpu::Event>> step_end;
+  double held = 0;
+  for (int i = 0; i < 12; ++i) {
+    held += meter.hold_back(2);
+    if (i >= 2) {
+      EXPECT_TRUE(step_end[i - 2]->query()) << "step " << i << " started 3 steps ahead";
+    }
+    meter.begin_step();
+    at::Tensor x = a;
+    for (int k = 0; k < 8; ++k) x = x.mm(a).div_(4096);  // a few ms of GPU work, microseconds of host work
+    step_end.push_back(std::make_shared<gpu::Event>());  // before the meter's own end event in the stream
+    step_end.back()->record(stream);
+    meter.end_step(1, {});
+  }
+  const EpochTiming t = meter.finish_epoch();
+  EXPECT_GT(held, 0) << "the host never got ahead: the GPU steps are too short to test this";
+  EXPECT_NEAR(t.ahead_ms.mean * t.steps, held, 1e-6);
+  EXPECT_LT(t.gpu_idle, 0.05) << "holding back two steps must not starve the GPU";
+}
+
 TEST(GpuPipeline, DualStreamCopierSurvivesAbandonedEpochsAndPassesOnWorkerErrors) {
   SKIP_WITHOUT_CUDA();
   const std::string root = test::make_dataset("gpu_copier", 2, 12, 1, 32);

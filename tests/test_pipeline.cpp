@@ -195,6 +195,7 @@ TEST(StepMeter, CpuReportsGpuFiguresAsNotApplicableAndExcludesWarmup) {
   meter.start_epoch(2);
   for (int i = 0; i < 5; ++i) {
     meter.begin_step();
+    EXPECT_EQ(meter.hold_back(2), 0);  // nothing to wait for on the CPU
     FeedTiming feed;
     feed.wait_ms = i;
     feed.loader_ms = i / 2.0;
@@ -206,6 +207,7 @@ TEST(StepMeter, CpuReportsGpuFiguresAsNotApplicableAndExcludesWarmup) {
   EXPECT_EQ(t.samples, 24);
   EXPECT_DOUBLE_EQ(t.wait_ms.mean, 3.0);  // steps 2, 3, 4
   EXPECT_DOUBLE_EQ(t.loader_ms.mean, 1.5);
+  EXPECT_DOUBLE_EQ(t.ahead_ms.mean, 0.0);
   EXPECT_TRUE(std::isnan(t.gpu_idle));
   EXPECT_TRUE(std::isnan(t.h2d_ms.mean));
   EXPECT_GT(t.samples_per_s, 0);
