@@ -111,7 +111,7 @@ const std::vector<Key>& keys() {
       key("data.scale_max", &C::data, &DataConfig::scale_max, "RandomResizedCrop largest area fraction", in_range(0.001, 1.0, false)),
       key("data.hflip", &C::data, &DataConfig::hflip, "random horizontal flip in training"),
       key("data.crop_decode", &C::data, &DataConfig::crop_decode, "JPEG: decode only the crop region (libjpeg-turbo), DCT-scaled 1/2..1/8 when the crop allows; false: full OpenCV decode"),
-      key("data.workers", &C::data, &DataConfig::workers, "decode threads; 0 = cores - 1", at_least<int64_t>(0)),
+      key("data.workers", &C::data, &DataConfig::workers, "decode threads; 0 = cores - 3 (cores - 1 on 4 cores or fewer)", at_least<int64_t>(0)),
       key("data.prefetch_batches", &C::data, &DataConfig::prefetch_batches, "batches decoded ahead of the training loop", at_least<int64_t>(1)),
       key("data.on_bad_image", &C::data, &DataConfig::on_bad_image, "a corrupt image is replaced and counted (skip) or stops the run (fail)", one_of({"skip", "fail"})),
       key("model.arch", &C::model, &ModelConfig::arch, "network", one_of({"resnet50"})),

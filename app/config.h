@@ -30,7 +30,7 @@ struct DataConfig {
   double scale_max = 1.0;
   bool hflip = true;
   bool crop_decode = true;
-  int64_t workers = 0;  // 0: cores - 1
+  int64_t workers = 0;  // 0: data::default_workers()
   int64_t prefetch_batches = 4;
   std::string on_bad_image = "skip";
 };

@@ -19,7 +19,7 @@ namespace pinfeed::data {
 
 struct LoaderOptions {
   int64_t batch_size = 64;
-  int workers = 0;           // 0: one per core, less one for the training thread
+  int workers = 0;           // 0: default_workers()
   int prefetch_batches = 4;  // batches decoded ahead of the consumer
   bool shuffle = true;       // reshuffled every epoch from (seed, epoch)
   bool drop_last = true;     // drop a final partial batch
