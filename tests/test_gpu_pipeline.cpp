@@ -37,6 +37,20 @@ PipelineOptions mode(const std::string& name, TransferDtype dtype) {
   return o;
 }
 
+data::LoaderOptions loader(int64_t batch_size, int workers, uint64_t seed = 0) {
+  data::LoaderOptions lo;
+  lo.batch_size = batch_size;
+  lo.workers = workers;
+  lo.seed = seed;
+  return lo;
+}
+
+FeederOptions on_cuda() {
+  FeederOptions fo;
+  fo.device = kCuda;
+  return fo;
+}
+
 std::vector<at::Tensor> epoch_on_host(Feeder& f, int64_t epoch) {
   std::vector<at::Tensor> out;
   f.start_epoch(epoch);
@@ -52,12 +66,8 @@ TEST(GpuPipeline, EveryModeDeliversByteIdenticalBatches) {
   const std::string root = test::make_dataset("gpu_identical", 3, 16, 1, 48);
   for (auto dtype : {TransferDtype::kFloat32, TransferDtype::kUint8}) {
     auto ds = dataset(root, dtype);
-    data::LoaderOptions lo;
-    lo.batch_size = 8;
-    lo.workers = 3;
-    lo.seed = 5;
-    FeederOptions fo;
-    fo.device = kCuda;
+    const auto lo = loader(8, 3, 5);
+    const auto fo = on_cuda();
     Feeder base(ds, lo, mode("pageable", dtype), fo);
     const auto expect = epoch_on_host(base, 1);
     for (const auto& p : mode_presets()) {
@@ -74,12 +84,9 @@ TEST(GpuPipeline, PinnedBuffersArePageLockedAndSizedExactly) {
   SKIP_WITHOUT_CUDA();
   const std::string root = test::make_dataset("gpu_pinned", 2, 8, 1, 32);
   auto ds = dataset(root, TransferDtype::kUint8);
-  data::LoaderOptions lo;
-  lo.batch_size = 4;
-  lo.workers = 2;
+  auto lo = loader(4, 2);
   lo.prefetch_batches = 2;
-  FeederOptions fo;
-  fo.device = kCuda;
+  const auto fo = on_cuda();
   Feeder f(ds, lo, mode("dual_stream", TransferDtype::kUint8), fo);
   EXPECT_TRUE(f.ring().images(0).is_pinned());
   EXPECT_TRUE(f.ring().labels(0).is_pinned());
@@ -186,12 +193,8 @@ TEST(GpuPipeline, DualStreamCopierSurvivesAbandonedEpochsAndPassesOnWorkerErrors
   SKIP_WITHOUT_CUDA();
   const std::string root = test::make_dataset("gpu_copier", 2, 12, 1, 32);
   auto ds = dataset(root, TransferDtype::kUint8);
-  data::LoaderOptions lo;
-  lo.batch_size = 4;
-  lo.workers = 3;
-  lo.seed = 9;
-  FeederOptions fo;
-  fo.device = kCuda;
+  const auto lo = loader(4, 3, 9);
+  const auto fo = on_cuda();
   Feeder base(ds, lo, mode("pageable", TransferDtype::kUint8), fo);
   const auto expect = epoch_on_host(base, 2);
   {
