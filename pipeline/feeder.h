@@ -41,7 +41,7 @@ struct FeederOptions {
 // dual_stream on CUDA: a copier thread of the Feeder's own takes each batch from the loader as soon as it is
 // decoded and issues its copy (and, for uint8, its normalisation) on a copy stream, up to kDeviceAhead batches
 // ahead; next() on the training thread only takes a ready batch and makes the compute stream wait for it.
-// Issuing a copy costs 40-70 us of driver and allocator calls on an idle host and 3-4x that next to busy
+// Issuing a copy costs 45-55 us of driver and allocator calls on an idle host and 3-4x that next to busy
 // decode workers (docs/results/h200.md): work kept off the thread that launches the GPU's kernels.
 class Feeder {
  public:
