@@ -371,7 +371,7 @@ class RunOutputs {
     if (!steps_.is_open()) return;
     for (const auto& r : records) {
       steps_.append(nlohmann::json{{"epoch", epoch}, {"step", r.step}, {"samples", r.samples}, {"warmup", r.warmup},
-                                   {"wait_ms", r.wait_ms}, {"loader_ms", r.loader_ms}, {"ahead_ms", r.ahead_ms},
+                                   {"wait_ms", r.wait_ms}, {"loader_ms", r.loader_ms}, {"ahead_ms", num_or_null(r.ahead_ms)},
                                    {"h2d_ms", num_or_null(r.h2d_ms)},
                                    {"compute_ms", num_or_null(r.compute_ms)}}.dump(),
                     /*sync=*/false);

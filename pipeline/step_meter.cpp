@@ -77,7 +77,7 @@ void StepMeter::end_step(int64_t samples, const FeedTiming& feed) {
   p.record.warmup = !measuring_;
   p.record.wait_ms = feed.wait_ms;
   p.record.loader_ms = feed.loader_ms;
-  p.record.ahead_ms = ahead_ms_;
+  p.record.ahead_ms = compute_ ? ahead_ms_ : kNotApplicable;  // no GPU to be ahead of on the CPU
   ahead_ms_ = 0;
   if (compute_) {
     p.begin = std::move(current_begin_);

@@ -44,7 +44,7 @@ struct StepRecord {
   bool warmup = false;
   double wait_ms = 0;
   double loader_ms = 0;
-  double ahead_ms = 0;  // host blocked before the step because it was max_ahead steps ahead of the GPU
+  double ahead_ms = kNotApplicable;  // host blocked before the step because it was max_ahead steps ahead of the GPU
   double h2d_ms = kNotApplicable;
   double compute_ms = kNotApplicable;
 };
