@@ -59,7 +59,6 @@ Feeder::~Feeder() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
-      ++generation_;
     }
     cv_.notify_all();
     copier_.join();  // after any transfer it is in: the workers are still there to finish that batch
@@ -116,8 +115,7 @@ void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
 void Feeder::stop_copier_epoch() {
   std::unique_lock<std::mutex> lock(mutex_);
   copying_ = false;
-  ++generation_;
-  cv_.wait(lock, [&] { return !busy_; });
+  cv_.wait(lock, [&] { return !busy_; });  // a transfer in progress lands in the queue, dropped next
   // Batches copied but not taken: their slots are fenced on their copies already, and their device memory
   // goes back to the caching allocator in copy-stream order, so dropping them is safe.
   copied_.clear();
@@ -128,7 +126,6 @@ void Feeder::copier_loop() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || (copying_ && static_cast<int>(copied_.size()) < kDeviceAhead); });
     if (stop_) return;
-    const uint64_t generation = generation_;
     busy_ = true;
     lock.unlock();
     Copied item;
@@ -143,10 +140,8 @@ void Feeder::copier_loop() {
     }
     lock.lock();
     busy_ = false;
-    if (generation == generation_) {
-      if (!item.batch) copying_ = false;  // the epoch's end, or a failure: wait for the next start_epoch
-      copied_.push_back(std::move(item));
-    }
+    if (!item.batch) copying_ = false;  // the epoch's end, or a failure: wait for the next start_epoch
+    copied_.push_back(std::move(item));
     cv_.notify_all();
   }
 }

@@ -86,16 +86,15 @@ class Feeder {
   gpu::EventPool events_;
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
 
-  // dual_stream copier; mutex_ guards the fields below it
+  // dual_stream copier
   std::optional<c10::Stream> copy_stream_;
   std::thread copier_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards the fields below
   std::condition_variable cv_;
   std::deque<Copied> copied_;
   bool copying_ = false;  // an epoch is being copied
   bool busy_ = false;     // the copier is inside transfer()
   bool stop_ = false;
-  uint64_t generation_ = 0;  // bumped by start_epoch: a transfer begun before it is dropped
 };
 
 }  // namespace pinfeed::pipeline
