@@ -1,27 +1,27 @@
 #include "app/bench.h"
 
 #include <CLI/CLI.hpp>
-#include <ATen/ops/zeros.h>
 #include <torch/version.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
-#include <tuple>
 
+#include "app/bench_report.h"
+#include "app/bench_sources.h"
 #include "app/config.h"
+#include "app/datasets.h"
 #include "app/exit_codes.h"
+#include "app/format.h"
+#include "app/plan.h"
 #include "app/run_files.h"
-#include "app/trainer.h"
-#include "data/log.h"
-#include "pipeline/step_meter.h"
+#include "app/signals.h"
+#include "app/step_loop.h"
+#include "app/step_runner.h"
+#include "common/log.h"
 
 namespace pinfeed::app {
 namespace fs = std::filesystem;
@@ -29,188 +29,96 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kGpuResident = "gpu_resident";
-constexpr const char* kLoaderOnly = "loader_only";
-
-struct Sample {  // one repeat of one mode
-  double samples_per_s = NAN, wait_p50 = NAN, wait_mean = NAN, gpu_idle = NAN, h2d_mean = NAN;
-  double loader_mean = NAN, ahead_mean = NAN;
-  std::string mode_ran;
+// A row differs from the others only in its batch source and its transfer mode.
+enum class RowKind {
+  kFeeder,       // a transfer-mode preset: the training pipeline
+  kGpuResident,  // one batch, already on the device: the compute ceiling
+  kLoaderOnly,   // the CPU pipeline, no model: the feed ceiling
 };
 
-json nan_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
+struct Row {
+  std::string name;
+  RowKind kind = RowKind::kFeeder;
+  Plan plan;  // the run's plan in this row's mode (pageable for the framing rows), checked for the device
+};
 
-// Runs warm-up + steps training steps from `feeder`, crossing epoch boundaries as needed.
-Sample time_feeder(pipeline::Feeder& feeder, StepRunner& runner, const Config& c, const BenchArgs& a) {
-  const c10::Device device = runner.device();
-  pipeline::StepMeter meter(device);
-  meter.start_epoch(a.warmup);
-  int64_t epoch = 0;
-  feeder.start_epoch(epoch);
-  for (int s = 0; s < a.warmup + a.steps && !g_stop_requested; ++s) {
-    meter.hold_back(static_cast<int>(c.pipeline.max_steps_ahead));
-    auto b = feeder.next();
-    if (!b) {
-      feeder.start_epoch(++epoch);
-      b = feeder.next();
+std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
+  if (names.empty()) {
+    for (const auto& p : pipeline::mode_presets()) names.push_back(p.name);
+    names.push_back(kGpuResidentRow);
+    names.push_back(kLoaderOnlyRow);
+  }
+  std::vector<Row> rows;
+  for (const auto& name : names) {
+    Row row;
+    row.name = name;
+    row.kind = name == kGpuResidentRow ? RowKind::kGpuResident : name == kLoaderOnlyRow ? RowKind::kLoaderOnly
+                                                                                       : RowKind::kFeeder;
+    const pipeline::ModePreset* preset = pipeline::find_preset(row.kind == RowKind::kFeeder ? name : "pageable");
+    if (!preset) {
+      throw ConfigError("--modes: unknown mode '" + name + "' (" + pipeline::preset_names() + " | " +
+                        kGpuResidentRow + " | " + kLoaderOnlyRow + ")");
     }
-    meter.begin_step();
-    runner.train_step(b->images, b->labels, c.train.lr);
-    meter.end_step(b->size, b->timing);
-  }
-  const auto t = meter.finish_epoch();
-  feeder.start_epoch(epoch + 1);  // abandons what is in flight before the feeder goes
-  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, t.h2d_ms.mean, t.loader_ms.mean, t.ahead_ms.mean,
-          feeder.mode()};
-}
-
-Sample time_gpu_resident(pipeline::Feeder& feeder, StepRunner& runner, const Config& c, const BenchArgs& a) {
-  const c10::Device device = runner.device();
-  feeder.start_epoch(0);
-  auto b = feeder.next();
-  const at::Tensor images = b->images.clone(), labels = b->labels.clone();
-  pipeline::StepMeter meter(device);
-  meter.start_epoch(a.warmup);
-  for (int s = 0; s < a.warmup + a.steps && !g_stop_requested; ++s) {
-    meter.hold_back(static_cast<int>(c.pipeline.max_steps_ahead));
-    meter.begin_step();
-    runner.train_step(images, labels, c.train.lr);
-    meter.end_step(images.size(0), {});
-  }
-  const auto t = meter.finish_epoch();
-  feeder.start_epoch(1);
-  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, NAN, NAN, t.ahead_ms.mean, kGpuResident};
-}
-
-// The CPU pipeline alone: workers decode into a pageable ring, the consumer hands slots straight back.
-Sample time_loader_only(const Datasets& sets, const Config& c, const BenchArgs& a) {
-  const bool u8 = pipeline_options(c).transfer_dtype == pipeline::TransferDtype::kUint8;
-  const int s = static_cast<int>(c.data.image_size);
-  const auto lo = loader_options(c, true);
-  pipeline::HostRing ring(lo.prefetch_batches + 2, lo.batch_size,
-                          u8 ? std::vector<int64_t>{s, s, 3} : std::vector<int64_t>{3, s, s}, u8 ? c10::kByte : c10::kFloat,
-                          false);
-  data::Loader loader(sets.train, lo, &ring);
-  int64_t epoch = 0, samples = 0;
-  loader.start_epoch(epoch);
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<double> waits;
-  for (int step = 0; step < a.warmup + a.steps && !g_stop_requested; ++step) {
-    if (step == a.warmup) t0 = std::chrono::steady_clock::now();
-    const auto w0 = std::chrono::steady_clock::now();
-    auto b = loader.next();
-    if (!b) {
-      loader.start_epoch(++epoch);
-      b = loader.next();
+    try {
+      row.plan = with_mode(plan, *preset);  // the same device checks as train
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("--modes: ") + e.what());
     }
-    if (step >= a.warmup) {
-      samples += b->size;
-      waits.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count());
-    }
-    loader.recycle(*b);
+    rows.push_back(std::move(row));
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  loader.start_epoch(epoch + 1);
-  const auto w = pipeline::summarize(waits);
-  return {samples / secs, w.p50, w.mean, NAN, NAN, w.mean, NAN, kLoaderOnly};
+  return rows;
 }
 
-std::vector<std::string> default_modes() {
-  std::vector<std::string> m;
-  for (const auto& p : pipeline::mode_presets()) m.push_back(p.name);
-  m.push_back(kGpuResident);
-  m.push_back(kLoaderOnly);
-  return m;
+BenchSample sample_of(const pipeline::EpochTiming& t, const std::string& mode_ran) {
+  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, t.h2d_ms.mean, t.loader_ms.mean,
+          t.ahead_ms.mean, mode_ran};
 }
 
-double median(std::vector<double> v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+// One repeat of one row: warm-up + steps through the step loop, crossing epoch boundaries as needed.
+BenchSample run_row(const Row& row, const Datasets& sets, StepRunner& runner, const BenchArgs& a, int* workers) {
+  StepLoopOptions loop;
+  loop.end_step = a.warmup + a.steps;
+  loop.warmup_steps = a.warmup;
+  loop.max_steps_ahead = row.plan.max_steps_ahead;
+  loop.wrap = true;
+  const double lr = row.plan.config.train.lr;
+  auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
-std::string fixed(double v, int digits) {
-  if (std::isnan(v)) return "n/a";
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(digits);
-  s << v;
-  return s.str();
-}
-
-// Markdown table over rows of pinfeed and (optionally) the Python reference.
-std::string render_table(const json& rows) {
-  double pageable = NAN, resident = NAN;
-  for (const auto& r : rows) {
-    if (r["implementation"] != "pinfeed") continue;
-    if (r["mode"] == "pageable") pageable = r["samples_per_s_median"].get<double>();
-    if (r["mode"] == kGpuResident) resident = r["samples_per_s_median"].get<double>();
+  if (row.kind == RowKind::kLoaderOnly) {
+    LoaderOnly source(sets.train, row.plan.train_loader);
+    pipeline::StepMeter wall_clock(std::nullopt);
+    return sample_of(run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
+                     kLoaderOnlyRow);
   }
-  std::ostringstream t;
-  t << "| implementation | mode | wait ms p50 / mean | GPU idle % | h2d ms | samples/s median [min-max] | x vs pageable | % of gpu_resident |\n"
-    << "|---|---|---|---|---|---|---|---|\n";
-  auto get = [](const json& j) { return j.is_null() ? NAN : j.get<double>(); };
-  for (const auto& r : rows) {
-    const double med = get(r["samples_per_s_median"]);
-    const auto& all = r["samples_per_s"];
-    double lo = INFINITY, hi = -INFINITY;
-    for (const auto& x : all) {
-      if (x.is_null()) continue;
-      lo = std::min(lo, x.get<double>());
-      hi = std::max(hi, x.get<double>());
-    }
-    t << "| " << r["implementation"].get<std::string>() << " | " << r["mode"].get<std::string>() << " | "
-      << fixed(get(r["wait_ms_p50_median"]), 2) << " / " << fixed(get(r["wait_ms_mean_median"]), 2) << " | "
-      << fixed(100 * get(r["gpu_idle_median"]), 1) << " | " << fixed(get(r["h2d_ms_median"]), 2) << " | "
-      << fixed(med, 0) << " [" << fixed(lo, 0) << "-" << fixed(hi, 0) << "] | "
-      << (r["mode"] == kLoaderOnly || r["mode"] == kGpuResident ? std::string("") : fixed(med / pageable, 2) + "x")
-      << " | " << (r["mode"] == kLoaderOnly ? std::string("") : fixed(100 * med / resident, 1) + "%") << " |\n";
+  pipeline::Feeder feeder(sets.train, row.plan.train_loader, row.plan.pipeline, row.plan.feeder);
+  *workers = feeder.workers();
+  pipeline::StepMeter meter(row.plan.compute_stream);
+  if (row.kind == RowKind::kGpuResident) {
+    feeder.start_epoch(0);
+    ResidentBatch resident(*feeder.next());
+    feeder.start_epoch(1);  // abandons what is in flight before the feeder goes
+    return sample_of(run_steps(resident, meter, loop, train_step).timing, kGpuResidentRow);
   }
-  return t.str();
+  const StepLoopResult r = run_steps(feeder, meter, loop, train_step);
+  feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
+  return sample_of(r.timing, feeder.mode());
 }
 
-json summarise_row(const std::string& mode, const std::vector<Sample>& reps) {
-  json r;
-  r["implementation"] = "pinfeed";
-  r["mode"] = mode;
-  r["mode_ran"] = reps.empty() ? mode : reps.front().mode_ran;
-  // Each figure: every repeat, and the median of the repeats. (h2d keeps its older median name.)
-  const std::tuple<const char*, const char*, double Sample::*> figures[] = {
-      {"samples_per_s", "samples_per_s_median", &Sample::samples_per_s},
-      {"wait_ms_p50", "wait_ms_p50_median", &Sample::wait_p50},
-      {"wait_ms_mean", "wait_ms_mean_median", &Sample::wait_mean},
-      {"loader_ms_mean", "loader_ms_mean_median", &Sample::loader_mean},
-      {"ahead_ms_mean", "ahead_ms_mean_median", &Sample::ahead_mean},
-      {"gpu_idle", "gpu_idle_median", &Sample::gpu_idle},
-      {"h2d_ms_mean", "h2d_ms_median", &Sample::h2d_mean}};
-  for (const auto& [name, median_name, member] : figures) {
-    std::vector<double> v;
-    json all = json::array();
-    for (const auto& s : reps) {
-      v.push_back(s.*member);
-      all.push_back(nan_null(s.*member));
-    }
-    r[name] = all;
-    r[median_name] = nan_null(median(v));
-  }
-  return r;
-}
-
-json bench_meta(const Config& c, c10::Device device, const Datasets& sets, int workers, const BenchArgs& a) {
+json bench_meta(const Plan& plan, const Datasets& sets, int workers, const BenchArgs& a) {
+  const Config& c = plan.config;
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   json m = {{"date", date}, {"implementation", "pinfeed"}, {"libtorch", TORCH_VERSION},
-            {"device", device.str()}, {"cpu_cores", std::thread::hardware_concurrency()}, {"workers", workers},
-            {"dataset", expand_user(c.data.root)}, {"train_images", sets.train->size()},
+            {"device", plan.device.str()}, {"cpu_cores", std::thread::hardware_concurrency()}, {"workers", workers},
+            {"dataset", plan.data_root}, {"train_images", sets.train->size()},
             {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
             {"channels_last", c.train.channels_last}, {"transfer_dtype", c.pipeline.transfer_dtype},
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
             {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
             {"repeats", a.repeats}};
-  if (device.is_cuda()) {
-    const auto info = gpu::device_info(device.index());
+  if (plan.device.is_cuda()) {
+    const auto info = gpu::device_info(plan.device.index());
     m["gpu"] = info.name;
     m["cuda_driver_api"] = info.driver;
     m["cuda_runtime"] = info.runtime;
@@ -233,58 +141,35 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
 
 int run_bench(const BenchArgs& a) {
   install_signal_handlers();
-  const Config c = load_config(a.config, a.overrides);
-  const c10::Device device = resolve_device(c);
-  const auto modes = a.modes.empty() ? default_modes() : a.modes;
-  for (const auto& m : modes) {
-    if (m != kGpuResident && m != kLoaderOnly && !pipeline::find_preset(m)) {
-      throw ConfigError("--modes: unknown mode '" + m + "' (" + pipeline::preset_names() + " | gpu_resident | loader_only)");
-    }
-    if (!device.is_cuda() && m != "pageable" && m != kGpuResident && m != kLoaderOnly) {
-      throw ConfigError("--modes: mode '" + m + "' needs a CUDA device (device is cpu)");
-    }
-  }
-  configure_backend(c, device);
-  Config cc = c;
-  cc.train.eval = false;
-  const Datasets sets = open_datasets(cc);
-  StepRunner runner(c, sets.num_classes, device);
-  const std::string out_dir = a.out.empty() ? make_run_dir(c.run.dir, "bench") : a.out;
+  const Plan plan = resolve_plan(load_config(a.config, a.overrides));
+  const std::vector<Row> rows = plan_rows(plan, a.modes);
+  configure_backend(plan);
+  const Datasets sets = open_datasets(plan, /*with_val=*/false);
+  StepRunner runner(plan, sets.num_classes);
+  const std::string out_dir = a.out.empty() ? make_run_dir(plan.config.run.dir, "bench") : a.out;
   fs::create_directories(out_dir);
 
-  std::map<std::string, std::vector<Sample>> results;
+  std::map<std::string, std::vector<BenchSample>> results;
   int workers = 0;
-  const int total = static_cast<int>(modes.size()) * a.repeats;
+  const int total = static_cast<int>(rows.size()) * a.repeats;
   int done = 0;
   for (int r = 0; r < a.repeats && !g_stop_requested; ++r) {
-    for (const auto& mode : modes) {  // interleaved: drift over time hits every mode alike
-      log::status("bench repeat " + std::to_string(r + 1) + "/" + std::to_string(a.repeats) + ": " + mode + " (" +
+    for (const Row& row : rows) {  // interleaved: drift over time hits every row alike
+      log::status("bench repeat " + std::to_string(r + 1) + "/" + std::to_string(a.repeats) + ": " + row.name + " (" +
                       std::to_string(done) + "/" + std::to_string(total) + " done)",
                   false);
-      Sample s;
-      if (mode == kLoaderOnly) {
-        s = time_loader_only(sets, c, a);
-      } else {
-        pipeline::PipelineOptions po = pipeline_options(c);
-        pipeline::apply_preset(*pipeline::find_preset(mode == kGpuResident ? "pageable" : mode), po);
-        pipeline::FeederOptions fo;
-        fo.device = device;
-        fo.channels_last = c.train.channels_last;
-        pipeline::Feeder feeder(sets.train, loader_options(c, true), po, fo);
-        workers = feeder.workers();
-        s = mode == kGpuResident ? time_gpu_resident(feeder, runner, c, a) : time_feeder(feeder, runner, c, a);
-      }
-      log::info("  " + mode + ": " + fixed(s.samples_per_s, 1) + " samples/s, wait p50 " + fixed(s.wait_p50, 3) +
+      const BenchSample s = run_row(row, sets, runner, a, &workers);
+      log::info("  " + row.name + ": " + fixed(s.samples_per_s, 1) + " samples/s, wait p50 " + fixed(s.wait_p50, 3) +
                 " ms, GPU idle " + fixed(100 * s.gpu_idle, 1) + "%");
-      results[mode].push_back(s);
+      results[row.name].push_back(s);
       ++done;
     }
   }
 
   json doc;
-  doc["meta"] = bench_meta(c, device, sets, workers, a);
+  doc["meta"] = bench_meta(plan, sets, workers, a);
   doc["rows"] = json::array();
-  for (const auto& mode : modes) doc["rows"].push_back(summarise_row(mode, results[mode]));
+  for (const Row& row : rows) doc["rows"].push_back(summarise_row(row.name, results[row.name]));
   json table_rows = doc["rows"];
   if (!a.reference.empty()) {
     std::ifstream in(a.reference);
@@ -296,19 +181,7 @@ int run_bench(const BenchArgs& a) {
   const std::string table = render_table(table_rows);
   write_file_atomic((fs::path(out_dir) / "bench.json").string(), doc.dump(2) + "\n");
   write_file_atomic((fs::path(out_dir) / "table.md").string(), table);
-  std::ostringstream csv;
-  csv << "implementation,mode,repeat,samples_per_s,wait_ms_p50,wait_ms_mean,gpu_idle,h2d_ms_mean\n";
-  for (const auto& r : table_rows) {
-    for (size_t i = 0; i < r["samples_per_s"].size(); ++i) {
-      csv << r["implementation"].get<std::string>() << "," << r["mode"].get<std::string>() << "," << i + 1;
-      for (const char* k : {"samples_per_s", "wait_ms_p50", "wait_ms_mean", "gpu_idle", "h2d_ms_mean"}) {
-        const auto& v = r[k][i];
-        csv << "," << (v.is_null() ? "" : v.dump());
-      }
-      csv << "\n";
-    }
-  }
-  write_file_atomic((fs::path(out_dir) / "bench.csv").string(), csv.str());
+  write_file_atomic((fs::path(out_dir) / "bench.csv").string(), render_csv(table_rows));
   std::printf("%s\nwritten to %s\n", table.c_str(), out_dir.c_str());
   return g_stop_requested ? kExitInterrupted : kExitOk;
 }

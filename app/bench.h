@@ -1,6 +1,7 @@
 // pinfeed bench: every transfer mode on the same data in the same order, plus two framing rows:
 // gpu_resident (the model stepping on a batch already on the GPU: the compute ceiling) and loader_only
-// (the CPU pipeline with no model: the feed ceiling). Warm-up excluded, repeats interleaved, CUDA-event timing.
+// (the CPU pipeline with no model: the feed ceiling). Every row runs the training step loop (step_loop.h);
+// warm-up excluded, repeats interleaved, CUDA-event timing.
 #pragma once
 
 #include <string>

@@ -330,33 +330,6 @@ pipeline::PipelineOptions pipeline_options(const Config& c) {
   return o;
 }
 
-data::TransformOptions transform_options(const Config& c, bool uint8_pixels) {
-  data::TransformOptions t;
-  t.size = static_cast<int>(c.data.image_size);
-  t.val_resize_ratio = c.data.val_resize_ratio;
-  t.scale_min = c.data.scale_min;
-  t.scale_max = c.data.scale_max;
-  t.hflip = c.data.hflip;
-  t.crop_decode = c.data.crop_decode;
-  t.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
-  return t;
-}
-
-data::LoaderOptions loader_options(const Config& c, bool train) {
-  data::LoaderOptions o;
-  o.batch_size = c.train.batch_size;
-  o.workers = static_cast<int>(c.data.workers);
-  o.prefetch_batches = static_cast<int>(c.data.prefetch_batches);
-  o.shuffle = train;
-  o.drop_last = train;
-  o.seed = static_cast<uint64_t>(c.train.seed);
-  return o;
-}
-
-data::BadImagePolicy bad_image_policy(const Config& c) {
-  return c.data.on_bad_image == "fail" ? data::BadImagePolicy::kFail : data::BadImagePolicy::kSkip;
-}
-
 std::string to_toml(const Config& config) {
   Config c = config;
   if (!c.pipeline.mode.empty()) {  // write the flags the preset stands for, so the file reads back as it ran

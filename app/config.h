@@ -8,8 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/loader.h"
 #include "pipeline/options.h"
 
 namespace pinfeed::app {
@@ -108,10 +106,8 @@ struct KeyHelp {
 };
 std::vector<KeyHelp> config_keys();
 
-// Conversions to the modules' option structs.
-data::TransformOptions transform_options(const Config& c, bool uint8_pixels);
-data::LoaderOptions loader_options(const Config& c, bool train);
-data::BadImagePolicy bad_image_policy(const Config& c);
+// The transfer flags the config stands for: pipeline.mode's preset applied over the three flags. The rest of
+// the translation into option structs is app/plan.h's.
 pipeline::PipelineOptions pipeline_options(const Config& c);
 std::string expand_user(const std::string& path);
 

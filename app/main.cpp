@@ -9,10 +9,12 @@
 #include "app/bench.h"
 #include "app/config.h"
 #include "app/exit_codes.h"
+#include "app/plan.h"
 #include "app/run_files.h"
+#include "app/signals.h"
 #include "app/trainer.h"
+#include "common/log.h"
 #include "data/error.h"
-#include "data/log.h"
 #include "data/synthetic.h"
 #include "pipeline/options.h"
 
@@ -97,7 +99,7 @@ int run(int argc, char** argv) {
 
   app::install_signal_handlers();
   const app::Config config = app::load_config(config_path, with_cli_overrides(overrides, mode, device));
-  const app::TrainResult result = app::train(config, {resume});
+  const app::TrainResult result = app::train(app::resolve_plan(config), {resume});
   if (result.interrupted) return app::kExitInterrupted;
   if (!result.epochs.empty()) {
     const auto& e = result.epochs.back();

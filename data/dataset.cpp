@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "data/error.h"
-#include "data/log.h"
+#include "common/log.h"
 
 namespace pinfeed::data {
 namespace {

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "data/log.h"
+#include "common/log.h"
 
 namespace pinfeed::pipeline {
 namespace {
@@ -34,6 +34,12 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
     : options_(options), feeder_options_(feeder_options), cuda_(feeder_options.device.is_cuda()) {
   const std::string problem = check_options(options_, cuda_);
   if (!problem.empty()) throw std::invalid_argument(problem);
+  if (cuda_ && !feeder_options_.compute_stream) throw std::invalid_argument("Feeder on CUDA needs its compute stream");
+  const bool u8_pixels = dataset->transform().format == data::PixelFormat::kUint8Hwc;
+  if (u8_pixels != (options_.transfer_dtype == TransferDtype::kUint8)) {
+    throw std::invalid_argument(std::string("the dataset decodes to ") + (u8_pixels ? "uint8" : "float32") +
+                                " but pipeline.transfer_dtype is " + to_string(options_.transfer_dtype));
+  }
   const int slots = feeder_options_.ring_slots > 0 ? feeder_options_.ring_slots : loader_options.prefetch_batches + 2;
   make_ring(*dataset, loader_options.batch_size, slots);
   loader_ = std::make_unique<data::Loader>(std::move(dataset), loader_options, ring_.get());
@@ -68,10 +74,7 @@ Feeder::~Feeder() {
 }
 
 void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slots) {
-  const int s = dataset.transform().size;
-  const bool u8 = options_.transfer_dtype == TransferDtype::kUint8;
-  const std::vector<int64_t> shape = u8 ? std::vector<int64_t>{s, s, 3} : std::vector<int64_t>{3, s, s};
-  const auto dtype = u8 ? c10::kByte : c10::kFloat;
+  const SampleFormat sample = sample_format(dataset.transform());
   if (options_.pin_memory) {
     const int64_t want = ring_bytes(slots, batch_size, dataset.image_bytes());
     const int64_t budget_mb = options_.pinned_budget_mb > 0 ? options_.pinned_budget_mb : default_pinned_budget_mb();
@@ -81,7 +84,7 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
             std::to_string(budget_mb);
     } else {
       try {
-        ring_ = std::make_unique<HostRing>(slots, batch_size, shape, dtype, /*pinned=*/true);
+        ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/true);
         return;
       } catch (const std::exception& e) {
         why = std::string("page-locked allocation failed: ") + e.what();
@@ -91,7 +94,7 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
     options_.pin_memory = options_.non_blocking = false;
     options_.prefetch = Prefetch::kNone;
   }
-  ring_ = std::make_unique<HostRing>(slots, batch_size, shape, dtype, /*pinned=*/false);
+  ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/false);
 }
 
 void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
@@ -167,7 +170,7 @@ std::optional<DeviceBatch> Feeder::next_copied() {
   // used on the compute stream: keep the caching allocator from handing its blocks out again before the
   // compute stream is done with them (images and labels share one block, or the images are the block the
   // uint8 normalisation made).
-  const c10::Stream compute = gpu::current_stream(feeder_options_.device);
+  const c10::Stream compute = *feeder_options_.compute_stream;
   item.ready->block(compute);
   item.batch->images.record_stream(compute);
   item.batch->labels.record_stream(compute);
@@ -226,8 +229,7 @@ std::optional<DeviceBatch> Feeder::next() {
   if (copier_.joinable()) {
     out = next_copied();
   } else if (cuda_) {
-    const c10::Stream compute = gpu::current_stream(feeder_options_.device);
-    out = transfer(&compute);
+    out = transfer(&*feeder_options_.compute_stream);
   } else {
     out = transfer(nullptr);
   }

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "data/loader.h"
+#include "pipeline/batch_source.h"
 #include "pipeline/gpu.h"
 #include "pipeline/host_ring.h"
 #include "pipeline/options.h"
@@ -23,17 +24,9 @@
 
 namespace pinfeed::pipeline {
 
-struct DeviceBatch {
-  at::Tensor images;  // (B, 3, S, S) float32 on the device, normalised (channels_last if asked)
-  at::Tensor labels;  // (B,) int64 on the device
-  int64_t index = -1;
-  int64_t size = 0;
-  int bad_images = 0;
-  FeedTiming timing;  // host time in next() and the copy's span on its stream
-};
-
 struct FeederOptions {
   c10::Device device = c10::Device(c10::kCPU);
+  std::optional<c10::Stream> compute_stream;  // CUDA: the stream the batches are consumed on (required)
   bool channels_last = false;
   int ring_slots = 0;  // 0: prefetch_batches + 2 (one being copied, one being computed on)
 };
@@ -43,22 +36,22 @@ struct FeederOptions {
 // ahead; next() on the training thread only takes a ready batch and makes the compute stream wait for it.
 // Issuing a copy costs 45-55 us of driver and allocator calls on an idle host and 3-4x that next to busy
 // decode workers (docs/results/h200.md): work kept off the thread that launches the GPU's kernels.
-class Feeder {
+class Feeder : public BatchSource {
  public:
   static constexpr int kDeviceAhead = 2;  // dual_stream: batches copied to the device ahead of the current one
 
   Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
          PipelineOptions options, FeederOptions feeder_options);
-  ~Feeder();
+  ~Feeder() override;
 
-  void start_epoch(int64_t epoch, int64_t first_batch = 0);
-  std::optional<DeviceBatch> next();
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
+  std::optional<DeviceBatch> next() override;
+  int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
 
   const PipelineOptions& options() const { return options_; }  // what really runs (after any fallback)
   std::string mode() const { return mode_name(options_); }
   int64_t pinned_bytes() const { return ring_->pinned() ? ring_->bytes() : 0; }
   int64_t host_ring_bytes() const { return ring_->bytes(); }
-  int64_t batches_per_epoch() const { return loader_->batches_per_epoch(); }
   int workers() const { return loader_->workers(); }
   const data::Loader& loader() const { return *loader_; }
   const HostRing& ring() const { return *ring_; }

@@ -52,7 +52,7 @@ class EventPool {
 };
 
 // A captured CUDA graph of work issued by a callback (pimpl over at::cuda::CUDAGraph). The callback runs on a
-// side stream, as capture requires; replay() launches the whole graph on the current stream with one call.
+// side stream, as capture requires; replay() launches the whole graph on `stream` with one call.
 class Graph {
  public:
   Graph();
@@ -61,15 +61,18 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   // Runs body `warmup` times eagerly, then captures one more call of it. Both on a side stream that first
-  // waits for, and is afterwards waited on by, the current stream.
-  void capture(c10::Device device, int warmup, const std::function<void()>& body);
-  void replay();
+  // waits for, and is afterwards waited on by, `stream`.
+  void capture(const c10::Stream& stream, int warmup, const std::function<void()>& body);
+  void replay(const c10::Stream& stream);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
+// Makes `index` this thread's current CUDA device (one process per GPU: its local rank).
+void set_device(int index);
+// The stream LibTorch's ops run on for `device`: a run takes it once, at set-up, and passes it on.
 c10::Stream current_stream(c10::Device device);
 c10::Stream new_stream(c10::Device device);  // a stream from LibTorch's pool, not the default one
 void synchronize(const c10::Stream& stream);

@@ -14,6 +14,11 @@ int64_t ring_bytes(int slots, int64_t batch_size, size_t image_bytes) {
   return slots * (align8(batch_size * static_cast<int64_t>(image_bytes)) + batch_size * 8);
 }
 
+SampleFormat sample_format(const data::TransformOptions& t) {
+  if (t.format == data::PixelFormat::kUint8Hwc) return {{t.size, t.size, 3}, c10::kByte};
+  return {{3, t.size, t.size}, c10::kFloat};
+}
+
 SlotLayout::SlotLayout(int64_t batch_size, const std::vector<int64_t>& sample_shape, c10::ScalarType dtype)
     : dtype(dtype), batch_size(batch_size) {
   image_shape.push_back(batch_size);

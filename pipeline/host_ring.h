@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/batch_arena.h"
+#include "data/transforms.h"
 
 namespace pinfeed::pipeline {
 
@@ -29,6 +30,13 @@ struct SlotLayout {
   at::Tensor images(const at::Tensor& slot_bytes) const;  // (B, ...) of dtype
   at::Tensor labels(const at::Tensor& slot_bytes) const;  // (B,) int64
 };
+
+// How one decoded sample lies in a slot: (S, S, 3) uint8 HWC, or (3, S, S) float32 CHW.
+struct SampleFormat {
+  std::vector<int64_t> shape;
+  c10::ScalarType dtype = c10::kFloat;
+};
+SampleFormat sample_format(const data::TransformOptions& transform);
 
 class HostRing : public data::BatchArena {
  public:

@@ -35,9 +35,6 @@ Summary summarize(std::vector<double> v) {
 
 StepMeter::StepMeter(std::optional<c10::Stream> compute) : compute_(compute) {}
 
-StepMeter::StepMeter(c10::Device device)
-    : StepMeter(device.is_cuda() ? std::optional<c10::Stream>(gpu::current_stream(device)) : std::nullopt) {}
-
 void StepMeter::start_epoch(int64_t warmup_steps) {
   warmup_steps_ = warmup_steps;
   step_ = 0;

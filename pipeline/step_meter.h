@@ -59,10 +59,8 @@ struct EpochTiming {
 
 class StepMeter {
  public:
-  // compute: the stream the step runs on (CUDA), or nullopt on the CPU.
+  // compute: the stream the step runs on (CUDA), or nullopt on the CPU (wall-clock timing).
   explicit StepMeter(std::optional<c10::Stream> compute);
-  // The current stream of a CUDA device, or wall-clock timing on the CPU.
-  explicit StepMeter(c10::Device device);
 
   void start_epoch(int64_t warmup_steps);
   // Call before fetching a step's batch. Blocks until the GPU has finished the step max_ahead steps back, so

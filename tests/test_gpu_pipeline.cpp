@@ -48,6 +48,7 @@ data::LoaderOptions loader(int64_t batch_size, int workers, uint64_t seed = 0) {
 FeederOptions on_cuda() {
   FeederOptions fo;
   fo.device = kCuda;
+  fo.compute_stream = gpu::current_stream(kCuda);
   return fo;
 }
 
@@ -114,9 +115,7 @@ TEST(GpuPipeline, DualStreamStressFindsNoChecksumMismatch) {
       while (auto b = cpu.next()) expect.push_back(b->images.to(c10::kDouble).sum().item<double>());
     }
   }
-  FeederOptions fo;
-  fo.device = kCuda;
-  Feeder f(ds, lo, mode("dual_stream", TransferDtype::kFloat32), fo);
+  Feeder f(ds, lo, mode("dual_stream", TransferDtype::kFloat32), on_cuda());
   at::Tensor sums = at::zeros({steps}, at::TensorOptions().device(kCuda).dtype(c10::kDouble));
   const at::Tensor a = at::randn({1024, 1024}, at::TensorOptions().device(kCuda));
   int64_t step = 0;

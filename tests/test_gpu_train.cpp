@@ -4,7 +4,7 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 
-#include "app/trainer.h"
+#include "app/step_runner.h"
 #include "pipeline/gpu.h"
 
 namespace pinfeed::app {
@@ -26,7 +26,7 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
     labels.push_back(at::randint(10, {16}, at::TensorOptions().device(cuda).dtype(at::kLong)));
   }
   for (const char* precision : {"fp32", "bf16"}) {
-    StepRunner eager(config(false, precision), 10, cuda), graphed(config(true, precision), 10, cuda);
+    StepRunner eager(resolve_plan(config(false, precision)), 10), graphed(resolve_plan(config(true, precision)), 10);
     for (int i = 0; i < 6; ++i) {
       const double a = eager.train_step(images[i], labels[i], 0.05).item<double>();
       const double b = graphed.train_step(images[i], labels[i], 0.05).item<double>();

@@ -108,6 +108,7 @@ TEST(Feeder, FallsBackToPageableWhenThePinnedBudgetIsTooSmall) {
   po.pinned_budget_mb = 1;
   FeederOptions fo;
   fo.device = c10::Device(c10::kCUDA, 0);  // never touched: the fallback happens before any CUDA call
+  fo.compute_stream = c10::Stream(c10::Stream::DEFAULT, fo.device);  // a handle only, never used here
   Feeder feeder(ds, lo, po, fo);
   EXPECT_EQ(feeder.mode(), "pageable");
   EXPECT_EQ(feeder.pinned_bytes(), 0);

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "app/checkpoint.h"
+#include "app/lr_schedule.h"
 #include "app/trainer.h"
 #include "test_util.h"
 
@@ -22,7 +23,7 @@ Config tiny_config(const std::string& root, const std::string& runs, int epochs)
 TEST(Train, ShortCpuRunLowersTheLossAndWritesItsRun) {
   const std::string root = test::make_dataset("train_small", 2, 24, 4, 32);
   const std::string runs = test::fresh_dir("train_runs");
-  const TrainResult r = train(tiny_config(root, runs, 4), {});
+  const TrainResult r = train(resolve_plan(tiny_config(root, runs, 4)), {});
   ASSERT_EQ(r.epochs.size(), 4u);
   EXPECT_LT(r.epochs.back().train_loss, r.epochs.front().train_loss);
   for (const char* f : {"metrics.csv", "metrics.jsonl", "config.toml", "last.pt"}) {
@@ -42,8 +43,8 @@ TEST(Train, ShortCpuRunLowersTheLossAndWritesItsRun) {
 TEST(Train, ResumeContinuesFromTheCheckpoint) {
   const std::string root = test::make_dataset("train_resume", 2, 16, 2, 32);
   const std::string runs = test::fresh_dir("train_resume_runs");
-  const TrainResult first = train(tiny_config(root, runs, 1), {});
-  const TrainResult resumed = train(tiny_config(root, runs, 2), {"last"});
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {});
+  const TrainResult resumed = train(resolve_plan(tiny_config(root, runs, 2)), {"last"});
   EXPECT_EQ(resumed.run_dir, first.run_dir);
   ASSERT_EQ(resumed.epochs.size(), 1u);
   EXPECT_EQ(resumed.epochs[0].epoch, 2);
@@ -66,7 +67,7 @@ TEST(Train, PinnedMemoryOnCpuIsRefusedNamingTheFlag) {
   Config c = tiny_config(root, test::fresh_dir("train_refuse_runs"), 1);
   apply_override(c, "pipeline.pin_memory=true");
   try {
-    train(c, {});
+    train(resolve_plan(c), {});
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("pipeline.pin_memory = true needs a CUDA device"), std::string::npos) << e.what();

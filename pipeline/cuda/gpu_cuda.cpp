@@ -36,10 +36,9 @@ struct Graph::Impl {
 Graph::Graph() : impl_(std::make_unique<Impl>()) {}
 Graph::~Graph() = default;
 
-void Graph::capture(c10::Device device, int warmup, const std::function<void()>& body) {
-  const auto index = device.has_index() ? device.index() : c10::cuda::current_device();
-  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, index);
+void Graph::capture(const c10::Stream& stream, int warmup, const std::function<void()>& body) {
+  const c10::cuda::CUDAStream current(stream);
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, stream.device_index());
   at::cuda::CUDAEvent before, after;
   before.record(current);
   before.block(side);
@@ -55,7 +54,12 @@ void Graph::capture(c10::Device device, int warmup, const std::function<void()>&
   after.block(current);
 }
 
-void Graph::replay() { impl_->graph.replay(); }
+void Graph::replay(const c10::Stream& stream) {
+  const c10::cuda::CUDAStreamGuard guard{c10::cuda::CUDAStream(stream)};  // CUDAGraph::replay launches on the current stream
+  impl_->graph.replay();
+}
+
+void set_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
 
 c10::Stream current_stream(c10::Device device) {
   return c10::cuda::getCurrentCUDAStream(device.has_index() ? device.index() : -1).unwrap();

@@ -1,4 +1,4 @@
-#include "data/log.h"
+#include "common/log.h"
 
 #include <cstdio>
 #include <mutex>

@@ -1,0 +1,27 @@
+// What `pinfeed bench` writes: per row, every repeat's figures and their medians (bench.json, bench.csv) and a
+// Markdown table beside the Python reference's rows (table.md).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace pinfeed::app {
+
+// The framing rows' names in bench.json (the Python reference writes the same).
+constexpr const char* kGpuResidentRow = "gpu_resident";
+constexpr const char* kLoaderOnlyRow = "loader_only";
+
+struct BenchSample {  // one repeat of one row
+  double samples_per_s = NAN, wait_p50 = NAN, wait_mean = NAN, gpu_idle = NAN, h2d_mean = NAN;
+  double loader_mean = NAN, ahead_mean = NAN;
+  std::string mode_ran;
+};
+
+nlohmann::json summarise_row(const std::string& row, const std::vector<BenchSample>& repeats);
+std::string render_table(const nlohmann::json& rows);
+std::string render_csv(const nlohmann::json& rows);
+
+}  // namespace pinfeed::app

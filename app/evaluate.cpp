@@ -1,0 +1,24 @@
+#include "app/evaluate.h"
+
+#include <ATen/ops/zeros.h>
+
+#include "app/signals.h"
+
+namespace pinfeed::app {
+
+EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source) {
+  runner.model()->eval();
+  at::Tensor sums = at::zeros({4}, at::TensorOptions().device(runner.device()).dtype(at::kDouble));
+  source.start_epoch(0);
+  while (auto b = source.next()) {
+    runner.eval_step(b->images, b->labels, sums);
+    if (g_stop_requested) break;
+  }
+  runner.model()->train();
+  const at::Tensor s = sums.cpu();
+  const double n = s[3].item<double>();
+  if (n == 0) return {};
+  return {s[0].item<double>() / n, s[1].item<double>() / n, s[2].item<double>() / n};
+}
+
+}  // namespace pinfeed::app

@@ -1,0 +1,37 @@
+// Mean training loss of the epoch, kept on the device; read without stalling the GPU: a snapshot is copied
+// asynchronously on the compute stream and shown one progress tick later.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "pipeline/gpu.h"
+
+namespace pinfeed::app {
+
+class LossMeter {
+ public:
+  // stream: the compute stream on CUDA, nullopt on the CPU.
+  LossMeter(c10::Device device, std::optional<c10::Stream> stream);
+  void reset();
+  void add(const at::Tensor& loss);  // a step's mean loss, on the device
+  double latest();                   // the newest snapshot that has arrived; NaN before the first
+  double mean() const;               // synchronises
+  at::Tensor sum() const { return sum_; }  // () float on the device
+  int64_t count() const { return count_; }
+
+ private:
+  c10::Device device_;
+  std::optional<c10::Stream> stream_;
+  at::Tensor sum_, snapshot_;  // () float on the device; () on the host
+  int64_t count_ = 0, snapshot_count_ = 0;
+  double shown_ = 0;
+  std::shared_ptr<gpu::Event> ready_;
+};
+
+}  // namespace pinfeed::app

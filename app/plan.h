@@ -1,0 +1,54 @@
+// A config resolved once into everything a run needs: the device and its compute stream, the precision, each
+// stage's options and the ring's shape, checked together in one place. `train` and `bench` take a Plan; only
+// messages (file:line:col), the schedule and the run folder still read the Config it came from.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <optional>
+#include <string>
+
+#include "app/config.h"
+#include "app/sgd.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "pipeline/feeder.h"
+#include "pipeline/options.h"
+
+namespace pinfeed::app {
+
+enum class Precision { kFp32, kTf32, kBf16 };
+
+struct Plan {
+  Config config;  // what the plan was resolved from
+
+  c10::Device device{c10::kCPU};
+  std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on; nullopt on the CPU
+  Precision precision = Precision::kFp32;
+  bool autocast_bf16 = false;  // bf16 autocast of the forward pass (CUDA only)
+  bool channels_last = false;
+  bool cuda_graph = false;
+  bool cudnn_benchmark = true;
+
+  std::string data_root;  // "~/" expanded
+  data::TransformOptions transform;  // its pixel format follows pipeline.transfer_dtype
+  data::BadImagePolicy on_bad_image = data::BadImagePolicy::kSkip;
+  data::LoaderOptions train_loader, val_loader;
+  pipeline::PipelineOptions pipeline;  // the preset applied
+  pipeline::FeederOptions feeder;      // device, compute stream, layout
+  int max_steps_ahead = 2;
+  int64_t warmup_steps = 10;  // per epoch, left out of the figures
+
+  SgdOptions sgd;
+  bool decay_bn_and_bias = true;
+};
+
+// Resolves and checks; throws ConfigError naming the key (file:line:col) at fault.
+Plan resolve_plan(const Config& config);
+// The same plan in another transfer mode, checked again for its device.
+Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset);
+// cuDNN autotuning and TF32 for the plan's device and precision (process-wide LibTorch settings).
+void configure_backend(const Plan& plan);
+
+}  // namespace pinfeed::app

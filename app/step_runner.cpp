@@ -1,0 +1,110 @@
+#include "app/step_runner.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "app/autocast.h"
+
+namespace pinfeed::app {
+namespace {
+
+std::vector<std::pair<std::string, at::Tensor>> named_parameters(const model::ResNet& m) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : m->named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// BN weights and biases and every bias: the parameters of dimension 1.
+std::vector<std::string> no_decay_names(const model::ResNet& m) {
+  std::vector<std::string> out;
+  for (const auto& item : m->named_parameters()) {
+    if (item.value().dim() <= 1) out.push_back(item.key());
+  }
+  return out;
+}
+
+}  // namespace
+
+StepRunner::StepRunner(const Plan& plan, int64_t num_classes)
+    : device_(plan.device), stream_(plan.compute_stream), bf16_(plan.autocast_bf16),
+      label_smoothing_(plan.config.train.label_smoothing), graphed_(plan.device.is_cuda() && plan.cuda_graph) {
+  at::manual_seed(static_cast<uint64_t>(plan.config.train.seed));
+  model_ = model::resnet50({num_classes, plan.config.model.zero_init_residual});
+  model_->to(device_);
+  if (plan.channels_last) {
+    at::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(c10::MemoryFormat::ChannelsLast));
+    }
+  }
+  const auto no_decay = plan.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
+  optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, plan.sgd);
+}
+
+at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tensor& labels) {
+  optimizer_->zero_grad();
+  at::Tensor loss;
+  {
+    AutocastScope autocast(bf16_, /*cache=*/!graphed_);
+    const at::Tensor logits = model_->forward(images);
+    loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, label_smoothing_);
+  }
+  loss.backward();
+  return loss.detach();
+}
+
+at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+  const bool fits = !graph_ || (images.sizes() == static_images_.sizes() && images.strides() == static_images_.strides());
+  if (!graphed_ || !fits) {  // eager (and any batch of another shape than the captured one)
+    at::Tensor loss = forward_backward(images, labels);
+    optimizer_->step(lr);
+    return loss;
+  }
+  return graphed_step(images, labels, lr);
+}
+
+at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+  if (!graph_) {
+    static_images_ = at::empty_like(images);
+    static_labels_ = at::empty_like(labels);
+    lr_ = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
+    static_images_.copy_(images);
+    static_labels_.copy_(labels);
+    graph_ = std::make_unique<gpu::Graph>();
+    // Warm-up steps run with lr 0 (weights unchanged); their momentum is then cleared, so the first replay
+    // is the first real step. They do update BN running statistics three times on this batch.
+    graph_->capture(*stream_, 3, [this] {
+      static_loss_ = forward_backward(static_images_, static_labels_);
+      optimizer_->step(lr_);
+    });
+    optimizer_->zero_momentum();
+  } else {
+    static_images_.copy_(images);
+    static_labels_.copy_(labels);
+  }
+  lr_.fill_(lr);
+  graph_->replay(*stream_);
+  return static_loss_;
+}
+
+void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums) {
+  at::NoGradGuard no_grad;
+  AutocastScope autocast(bf16_);
+  const at::Tensor logits = model_->forward(images).to(at::kFloat);
+  const at::Tensor loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum);
+  const int64_t k = std::min<int64_t>(5, logits.size(1));
+  const at::Tensor hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));
+  sums[0] += loss;
+  sums[1] += hits.narrow(1, 0, 1).sum();
+  sums[2] += hits.sum();
+  sums[3] += labels.size(0);
+}
+
+}  // namespace pinfeed::app

@@ -1,0 +1,48 @@
+// One training step (forward, backward, optimizer) and one evaluation step, in the plan's precision and
+// memory format; with train.cuda_graph the whole training step is captured once and replayed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <optional>
+
+#include "app/plan.h"
+#include "app/sgd.h"
+#include "model/resnet.h"
+#include "pipeline/gpu.h"
+
+namespace pinfeed::app {
+
+class StepRunner {
+ public:
+  StepRunner(const Plan& plan, int64_t num_classes);
+
+  at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);  // loss, on device
+  // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples].
+  void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums);
+
+  bool graphed() const { return graphed_; }
+  model::ResNet& model() { return model_; }
+  Sgd& optimizer() { return *optimizer_; }
+  c10::Device device() const { return device_; }
+
+ private:
+  at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels);
+  at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr);
+
+  model::ResNet model_{nullptr};
+  std::unique_ptr<Sgd> optimizer_;
+  c10::Device device_;
+  std::optional<c10::Stream> stream_;  // the compute stream (CUDA)
+  bool bf16_;
+  double label_smoothing_;
+  // train.cuda_graph: the whole step (forward, backward, optimizer) captured once and replayed, reading the
+  // batch from static device buffers and the learning rate from a device scalar.
+  bool graphed_;
+  std::unique_ptr<gpu::Graph> graph_;
+  at::Tensor static_images_, static_labels_, static_loss_, lr_;  // (B, 3, S, S), (B,), (), () on the device
+};
+
+}  // namespace pinfeed::app
