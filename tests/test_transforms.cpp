@@ -116,7 +116,7 @@ TEST(Dataset, BadImageIsReplacedAndCountedUnderSkip) {
   int64_t label = -1;
   DecodeScratch scratch;
   EXPECT_GE(ds.load(0, 0, 0, out.data(), &label, scratch), 1);
-  EXPECT_EQ(ds.bad_images(), 1);
+  EXPECT_EQ(ds.distinct_bad_images(), 1);
   EXPECT_GE(label, 0);
 }
 
