@@ -1,9 +1,11 @@
 // An image folder plus its transform: turns a sample index into pixels in a batch slot.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "data/image_folder.h"
 #include "data/transforms.h"
@@ -11,6 +13,12 @@
 namespace pinfeed::data {
 
 enum class BadImagePolicy { kSkip, kFail };
+
+// A file that could not be read or decoded (see decode_into for what counts as bad).
+struct BadImage {
+  std::string path;
+  std::string reason;  // the reader's or decoder's message, e.g. "libjpeg: Premature end of JPEG file"
+};
 
 class Dataset {
  public:
@@ -22,21 +30,33 @@ class Dataset {
   bool train() const { return train_; }
   size_t image_bytes() const { return bytes_per_image(transform_.format, transform_.size); }
 
-  // Writes sample `index` of `epoch` into dst and its label into *label. A bad image is replaced by another
-  // sample chosen from the same seed (policy skip) or raises (policy fail); returns the number replaced.
-  // Errors name the sample's path.
+  // Writes sample `index` of `epoch` into dst and its label into *label. A bad image is recorded (below), then
+  // replaced by another sample chosen from the same seed (policy skip) or raises DataError naming the file and
+  // the reason (policy fail). Returns the number of bad loads on the way: a replacement that is also bad counts
+  // too, and a bad file counts again each time it is loaded. Thread-safe: workers call it concurrently.
   int load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label, DecodeScratch& scratch) const;
 
-  int64_t bad_images() const { return bad_images_.load(); }
+  // Bad files are recorded once each, with the reason of their first failure, however often they are loaded
+  // (every epoch, or as a replacement of another bad file). Both calls are thread-safe and may run while
+  // workers load.
+  // The number of distinct bad files found so far.
+  int64_t distinct_bad_images() const;
+  // The bad files found since the previous call, each once, in the order found; the caller owns them (the app
+  // appends them to bad_images.tsv in the run folder). Files found before still count in distinct_bad_images().
+  std::vector<BadImage> take_new_bad_images() const;
 
  private:
   void load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, DecodeScratch& scratch) const;
+  // Records sample `index` as bad; returns the number of distinct bad files if it is new, else 0.
+  int64_t record_bad_image(int64_t index, const std::string& reason) const;
 
   ImageFolder folder_;
   TransformOptions transform_;
   bool train_;
   BadImagePolicy on_bad_image_;
-  mutable std::atomic<int64_t> bad_images_{0};
+  mutable std::mutex bad_mutex_;                 // guards the two below
+  mutable std::unordered_set<int64_t> bad_seen_;  // sample indices found bad
+  mutable std::vector<BadImage> bad_new_;         // found since the last take_new_bad_images()
 };
 
 }  // namespace pinfeed::data

@@ -1,50 +1,41 @@
 #include "data/jpeg_region.h"
 
-#include <csetjmp>
-#include <cstdio>
-
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
-#include <jpeglib.h>
+#include "data/jpeg_errors.h"
+#include "data/transforms.h"
 
 namespace pinfeed::data {
-namespace {
 
-struct ErrorManager {
-  jpeg_error_mgr base;
-  std::jmp_buf jump;
-};
-
-extern "C" void on_jpeg_error(j_common_ptr cinfo) {
-  std::longjmp(reinterpret_cast<ErrorManager*>(cinfo->err)->jump, 1);
-}
-extern "C" void on_jpeg_message(j_common_ptr, int) {}  // warnings: truncation is checked by the caller
-
-}  // namespace
-
-bool decode_jpeg_region(const uint8_t* data, size_t size, const cv::Rect& box, int scale_denom,
+bool decode_jpeg_region(const uint8_t* data, size_t size, const cv::Rect& box, int scale_denom, int64_t max_pixels,
                         std::vector<uint8_t>& buffer, JpegRegion* out) {
   jpeg_decompress_struct cinfo;
-  ErrorManager err;
-  cinfo.err = jpeg_std_error(&err.base);
-  err.base.error_exit = on_jpeg_error;
-  err.base.emit_message = on_jpeg_message;
+  jpeg::ErrorManager err;
+  jpeg::install(&cinfo, &err);
   // Nothing below this point owns C++ objects with destructors, so longjmp out of libjpeg is safe.
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return false;
+    throw std::runtime_error(std::string("libjpeg: ") + err.error);
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
-  if (jpeg_read_header(&cinfo, TRUE) != JPEG_HEADER_OK || cinfo.jpeg_color_space == JCS_CMYK ||
-      cinfo.jpeg_color_space == JCS_YCCK) {
+  jpeg_read_header(&cinfo, TRUE);  // not a JPEG, no image, corrupt header: error_exit
+  // The header's size, not the peeked one, is what libjpeg would allocate for: check it before it does.
+  const std::string too_big = pixel_limit_error(cinfo.image_width, cinfo.image_height, max_pixels);
+  if (!too_big.empty()) {
+    jpeg_destroy_decompress(&cinfo);
+    throw std::runtime_error(too_big);
+  }
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
   cinfo.out_color_space = JCS_EXT_BGR;  // what OpenCV would give, so both paths feed the same code
   cinfo.scale_num = 1;
   cinfo.scale_denom = static_cast<unsigned>(scale_denom);
-  jpeg_start_decompress(&cinfo);
+  jpeg_start_decompress(&cinfo);  // multi-scan files (progressive) are entropy-decoded whole here
 
   const int W = static_cast<int>(cinfo.output_width), H = static_cast<int>(cinfo.output_height);
   int x0 = std::clamp(box.x / scale_denom, 0, W - 1), y0 = std::clamp(box.y / scale_denom, 0, H - 1);
@@ -53,16 +44,27 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, const cv::Rect& box, i
   jpeg_crop_scanline(&cinfo, &xoffset, &width);  // widens to iMCU boundaries
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
 
-  const size_t stride = static_cast<size_t>(cinfo.output_width) * 3;  // output_width is now the cropped width
-  if (buffer.size() < stride * h) buffer.resize(stride * h);
+  const int region_w = static_cast<int>(cinfo.output_width);  // now the cropped width
+  const size_t stride = static_cast<size_t>(region_w) * 3;
+  if (buffer.size() < stride * (h + 1)) buffer.resize(stride * (h + 1));  // + 1: the last image row, below
   while (cinfo.output_scanline < static_cast<JDIMENSION>(y0 + h)) {
     JSAMPROW row = buffer.data() + stride * (cinfo.output_scanline - y0);
     jpeg_read_scanlines(&cinfo, &row, 1);
   }
-  jpeg_abort_decompress(&cinfo);  // the rows below the crop are never decoded
+  // Damage below the crop must be seen too. Skipping entropy-decodes the rows it passes (no IDCT, upsampling or
+  // colour conversion), except a skip to the very bottom, which libjpeg short-cuts without reading anything. So:
+  // skip to the last row, read that one, and let finish_decompress read the markers up to end-of-image.
+  const JDIMENSION last = cinfo.output_height - 1;
+  if (cinfo.output_scanline < last) jpeg_skip_scanlines(&cinfo, last - cinfo.output_scanline);
+  if (cinfo.output_scanline == last) {
+    JSAMPROW row = buffer.data() + stride * h;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
+  if (err.base.num_warnings > 0) throw std::runtime_error(std::string("libjpeg: ") + err.first_warning);
 
-  out->pixels = cv::Mat(h, static_cast<int>(cinfo.output_width), CV_8UC3, buffer.data(), stride);
+  out->pixels = cv::Mat(h, region_w, CV_8UC3, buffer.data(), stride);
   out->crop = cv::Rect(x0 - static_cast<int>(xoffset), 0, w, h);
   return true;
 }

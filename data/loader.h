@@ -34,7 +34,9 @@ struct Batch {
   int64_t size = 0;    // samples in it (<= batch_size for a final partial batch)
   int slot = -1;       // arena slot holding it
   BatchMemory memory;
-  int bad_images = 0;  // samples that were replaced
+  // Bad loads while filling this batch: each replaced sample, plus each replacement that was bad too. The same
+  // bad file counts again every epoch; Dataset::distinct_bad_images() counts files.
+  int bad_images = 0;
 };
 
 class Loader {

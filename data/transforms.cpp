@@ -1,5 +1,6 @@
 #include "data/transforms.h"
 
+#include "data/jpeg_check.h"
 #include "data/jpeg_region.h"
 
 #include <algorithm>
@@ -60,6 +61,8 @@ CropBox val_crop(int width, int height, const TransformOptions& o) {
 }
 
 namespace {
+
+const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 
 uint32_t be16(const uint8_t* p) { return (uint32_t(p[0]) << 8) | p[1]; }
 uint32_t be32(const uint8_t* p) { return (be16(p) << 16) | be16(p + 2); }
@@ -132,8 +135,7 @@ void write_pixels(const cv::Mat& bgr, bool flip, const TransformOptions& o, void
 
 bool peek_image_size(const uint8_t* d, size_t n, int* w, int* h) {
   if (n >= 4 && d[0] == 0xFF && d[1] == 0xD8) return peek_jpeg(d, n, w, h);
-  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  if (n >= 24 && std::memcmp(d, kPng, 8) == 0) {
+  if (n >= 24 && std::memcmp(d, kPngSignature, 8) == 0) {
     *w = static_cast<int>(be32(d + 16));
     *h = static_cast<int>(be32(d + 20));
     return *w > 0 && *h > 0;
@@ -141,52 +143,66 @@ bool peek_image_size(const uint8_t* d, size_t n, int* w, int* h) {
   return false;
 }
 
-bool jpeg_looks_truncated(const uint8_t* d, size_t n) {
-  if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;
-  // Inside entropy-coded data 0xFF is always followed by 0x00 or a restart marker, so FF D9 near the end
-  // can only be the end-of-image marker (some writers append a few bytes after it).
-  const size_t from = n > 1024 ? n - 1024 : 0;
-  for (size_t i = n - 2; i + 1 > from; --i) {
-    if (d[i] == 0xFF && d[i + 1] == 0xD9) return false;
-    if (i == 0) break;
-  }
-  return true;
+std::string pixel_limit_error(int64_t width, int64_t height, int64_t max_pixels) {
+  if (max_pixels <= 0 || width * height <= max_pixels) return "";
+  return "image is " + std::to_string(width) + "x" + std::to_string(height) + " = " + std::to_string(width * height) +
+         " pixels, over the limit max_image_pixels = " + std::to_string(max_pixels);
 }
 
 void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& o, SampleRng& rng,
                  DecodeScratch& scratch, void* dst) {
-  if (jpeg_looks_truncated(file, file_size)) throw std::runtime_error("truncated JPEG (no end-of-image marker)");
+  const bool jpeg = file_size >= 2 && file[0] == 0xFF && file[1] == 0xD8;
+  const bool png = !jpeg && file_size >= 8 && std::memcmp(file, kPngSignature, 8) == 0;
+  if (!jpeg && !png) throw std::runtime_error("not a JPEG or PNG file");
   int width = 0, height = 0;
   const bool known = peek_image_size(file, file_size, &width, &height);
+  if (png && !known) throw std::runtime_error("unreadable PNG header");  // cannot be checked against the limit
+  if (known) {
+    const std::string too_big = pixel_limit_error(width, height, o.max_image_pixels);
+    if (!too_big.empty()) throw std::runtime_error(too_big);
+  }
   CropBox box;
   if (known) box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
   const cv::Rect rect(box.x, box.y, box.w, box.h);
 
   // JPEG: decode only the crop's region (and at a reduced DCT scale when the crop is large).
   JpegRegion region;
-  if (known && o.crop_decode && file[0] == 0xFF &&
-      decode_jpeg_region(file, file_size, rect, reduction_for(box, o.size), scratch.region, &region)) {
+  if (known && o.crop_decode && jpeg &&
+      decode_jpeg_region(file, file_size, rect, reduction_for(box, o.size), o.max_image_pixels, scratch.region,
+                         &region)) {
     cv::resize(region.pixels(region.crop), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
     write_pixels(scratch.resized, box.flip, o, dst);
     return;
   }
-  // Anything else (PNG, CMYK JPEG, crop_decode off): a full decode with OpenCV. Not imdecode(..., &dst):
-  // on failure it returns dst untouched, i.e. the previous sample's image.
-  const cv::Mat bytes(1, static_cast<int>(file_size), CV_8UC1, const_cast<uint8_t*>(file));
-  // IGNORE_ORIENTATION: header sizes and crops refer to the stored pixels; torchvision's PIL loader also
-  // ignores EXIF orientation.
-  scratch.decoded = cv::imdecode(bytes, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
-  if (scratch.decoded.empty()) throw std::runtime_error("cannot decode image data");
+  // The whole image at full scale, then crop and resize: crop_decode off (the reference path), PNG, CMYK, a JPEG
+  // header the peek could not read. JPEGs that libjpeg-turbo converts to BGR are decoded by it here: the same
+  // library and settings as OpenCV, so the same pixels (test_transforms checks), but with its warnings seen.
+  // The rest goes to OpenCV, JPEGs only after check_jpeg, since OpenCV ignores libjpeg's warnings.
+  cv::Mat full;
+  if (known && jpeg && !o.crop_decode &&
+      decode_jpeg_region(file, file_size, cv::Rect(0, 0, width, height), 1, o.max_image_pixels, scratch.region,
+                         &region)) {
+    full = region.pixels(region.crop);
+  } else {
+    if (jpeg) check_jpeg(file, file_size, o.max_image_pixels, scratch.region);
+    // Not imdecode(..., &dst): on failure it returns dst untouched, i.e. the previous sample's image.
+    const cv::Mat bytes(1, static_cast<int>(file_size), CV_8UC1, const_cast<uint8_t*>(file));
+    // IGNORE_ORIENTATION: header sizes and crops refer to the stored pixels; torchvision's PIL loader also
+    // ignores EXIF orientation.
+    scratch.decoded = cv::imdecode(bytes, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    if (scratch.decoded.empty()) throw std::runtime_error("cannot decode image data");
+    full = scratch.decoded;
+  }
   if (!known) {  // unusual header: draw the crop from the decoded size
-    width = scratch.decoded.cols;
-    height = scratch.decoded.rows;
+    width = full.cols;
+    height = full.rows;
     box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
-  } else if (scratch.decoded.cols != width || scratch.decoded.rows != height) {
+  } else if (full.cols != width || full.rows != height) {
     throw std::runtime_error("image header size disagrees with decoded size");
   }
   const cv::Rect roi = cv::Rect(box.x, box.y, box.w, box.h) & cv::Rect(0, 0, width, height);
   if (roi.empty()) throw std::runtime_error("empty crop");
-  cv::resize(scratch.decoded(roi), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
+  cv::resize(full(roi), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
   write_pixels(scratch.resized, box.flip, o, dst);
 }
 

@@ -27,8 +27,13 @@ struct TransformOptions {
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   bool hflip = true;
   // JPEGs: decode only the crop's region with libjpeg-turbo, at 1/2, 1/4, 1/8 DCT scale when the crop allows.
-  // Off: OpenCV decodes the whole image first (the reference path).
+  // Off: the whole image is decoded first (the reference path; OpenCV's pixels, see decode_into).
   bool crop_decode = true;
+  // Images whose header declares more pixels than this are refused before any pixel memory is allocated, as bad
+  // images (data.on_bad_image applies). A 1 KB file can claim 30000x30000 and cost seconds and gigabytes per
+  // decode. 100 MP is well above the camera photos of ImageNet-like datasets and bounds a full decode at 300 MB
+  // of BGR per worker (Pillow refuses at 179 MP, 2x its warning level; we leave less room). 0: no limit.
+  int64_t max_image_pixels = 100'000'000;
   PixelFormat format = PixelFormat::kFloat32Chw;
   float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet, RGB
   float std[3] = {0.229f, 0.224f, 0.225f};
@@ -46,18 +51,26 @@ CropBox val_crop(int width, int height, const TransformOptions& options);
 
 // Width and height from a JPEG (SOFn) or PNG (IHDR) header without decoding; false if not found.
 bool peek_image_size(const uint8_t* data, size_t size, int* width, int* height);
-// A JPEG that lacks its end-of-image marker was cut short (libjpeg would pad it silently).
-bool jpeg_looks_truncated(const uint8_t* data, size_t size);
+// Why an image of this size is refused under max_pixels (0: no limit), naming the limit; empty if it is not.
+std::string pixel_limit_error(int64_t width, int64_t height, int64_t max_pixels);
 
 // Per-worker buffers reused from sample to sample: no heap allocation per sample once warm.
 struct DecodeScratch {
   std::vector<uint8_t> file;
-  std::vector<uint8_t> region;  // pixels of the decoded crop region (grows only)
+  std::vector<uint8_t> region;  // pixels libjpeg decodes: the crop's region, or the whole image (grows only)
   cv::Mat decoded, resized;
 };
 
 // Decodes `file` (bytes of a JPEG/PNG), crops, resizes, flips and writes to dst in options.format.
-// train: random crop from rng; else: val crop. Throws std::runtime_error on undecodable data.
+// train: random crop from rng; else: val crop. Throws std::runtime_error, with the reason, on a bad file:
+// - neither a JPEG nor a PNG by its first bytes (the folder scan lists only .jpg, .jpeg, .png; a PNG named .jpg
+//   is fine), so that every accepted file has a size to check against max_image_pixels before decoding;
+// - a header over options.max_image_pixels (checked before any pixel memory is allocated);
+// - a JPEG on which libjpeg reports an error or any warning anywhere in the file, not only in the crop:
+//   truncation (with or without the end-of-image marker put back), bad Huffman codes, extraneous bytes, bad
+//   SOS parameters. The same check runs on every path (crop-region decode, full decode, CMYK via OpenCV).
+//   Bytes after the end-of-image marker are accepted: libjpeg stops there and some writers append data;
+// - a PNG that OpenCV cannot decode, or whose decoded size disagrees with its header.
 void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& options,
                  SampleRng& rng, DecodeScratch& scratch, void* dst);
 

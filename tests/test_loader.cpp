@@ -193,7 +193,34 @@ TEST(Loader, CorruptImagesAreReplacedAndCounted) {
   }
   EXPECT_EQ(batches, 3);
   EXPECT_EQ(bad, 2);
-  EXPECT_EQ(ds->bad_images(), 2);
+  EXPECT_EQ(ds->distinct_bad_images(), 2);
+}
+
+TEST(Loader, BadFilesAreRecordedOnceAcrossEpochsWhileBatchesCountEveryLoad) {
+  const std::string root = test::make_dataset("loader_bad_epochs", 2, 6, 1, 24);
+  auto ds = open(root, BadImagePolicy::kSkip);
+  const std::string bad_path = ds->folder().samples[3].path;
+  std::ofstream(bad_path, std::ios::trunc | std::ios::binary) << "not an image";
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 2;
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  int bad_loads = 0;
+  std::vector<BadImage> taken;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    loader.start_epoch(epoch);
+    while (auto b = loader.next()) {
+      bad_loads += b->bad_images;
+      loader.recycle(*b);
+    }
+    for (auto& bad : ds->take_new_bad_images()) taken.push_back(bad);
+  }
+  EXPECT_EQ(bad_loads, 3);  // once per epoch
+  EXPECT_EQ(ds->distinct_bad_images(), 1);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].path, bad_path);
+  EXPECT_EQ(taken[0].reason, "not a JPEG or PNG file");
 }
 
 }  // namespace

@@ -1,0 +1,43 @@
+// libjpeg error handling shared by the crop-region decode and the integrity check. Errors longjmp back to the
+// caller's setjmp; warnings, libjpeg's word for corrupt data it decoded around (padding a truncated file with
+// zeros, resyncing after a bad Huffman code, skipping extraneous bytes), are counted and the first one kept,
+// so the caller can refuse the file instead of training on grey or smeared rows.
+#pragma once
+
+#include <csetjmp>
+#include <cstdio>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+namespace pinfeed::data::jpeg {
+
+struct ErrorManager {
+  jpeg_error_mgr base;
+  std::jmp_buf jump;
+  char error[JMSG_LENGTH_MAX] = "";          // the fatal error's text, set before the longjmp
+  char first_warning[JMSG_LENGTH_MAX] = "";  // the first warning's text; base.num_warnings counts them all
+};
+
+extern "C" inline void on_jpeg_error(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->error);
+  std::longjmp(err->jump, 1);
+}
+
+// Level -1 is a warning (the default handler counts it in num_warnings too); levels >= 0 are trace output.
+// An unknown JFIF revision number is a header curiosity, not damage, so it is not counted.
+extern "C" inline void on_jpeg_message(j_common_ptr cinfo, int level) {
+  if (level >= 0 || cinfo->err->msg_code == JWRN_JFIF_MAJOR) return;
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  if (err->base.num_warnings++ == 0) (*cinfo->err->format_message)(cinfo, err->first_warning);
+}
+
+// Installs the handlers on a decompressor that has not been created yet.
+inline void install(jpeg_decompress_struct* cinfo, ErrorManager* err) {
+  cinfo->err = jpeg_std_error(&err->base);
+  err->base.error_exit = on_jpeg_error;
+  err->base.emit_message = on_jpeg_message;
+}
+
+}  // namespace pinfeed::data::jpeg

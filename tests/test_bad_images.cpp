@@ -1,0 +1,406 @@
+// Hostile and unusual image files: corrupt JPEGs are refused on every decode path, decompression bombs are
+// refused before allocation, unusual but valid files are accepted, and the dataset records each bad file once.
+#include <gtest/gtest.h>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <jpeglib.h>
+
+#include "data/dataset.h"
+#include "data/error.h"
+#include "data/jpeg_check.h"
+#include "data/transforms.h"
+#include "test_util.h"
+
+namespace pinfeed::data {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+cv::Mat noise_image(int w, int h) {
+  cv::Mat m(h, w, CV_8UC3);
+  cv::randu(m, 0, 255);
+  return m;
+}
+
+Bytes encode(const cv::Mat& img, const std::string& ext, const std::vector<int>& params = {}) {
+  Bytes bytes;
+  cv::imencode(ext, img, bytes, params);
+  return bytes;
+}
+
+// libjpeg directly, for what OpenCV 4.6 cannot write: CMYK and 4:4:4 chroma sampling.
+Bytes encode_libjpeg(const cv::Mat& bgr, bool cmyk) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &out, &size);
+  cinfo.image_width = bgr.cols;
+  cinfo.image_height = bgr.rows;
+  cinfo.input_components = cmyk ? 4 : 3;
+  cinfo.in_color_space = cmyk ? JCS_CMYK : JCS_EXT_BGR;
+  jpeg_set_defaults(&cinfo);  // CMYK in, CMYK (Adobe) out; else YCbCr
+  jpeg_set_quality(&cinfo, 90, TRUE);
+  if (!cmyk) cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;  // 4:4:4
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<uint8_t> row(static_cast<size_t>(bgr.cols) * cinfo.input_components);
+  for (int y = 0; y < bgr.rows; ++y) {
+    for (int x = 0; x < bgr.cols; ++x) {
+      const cv::Vec3b px = bgr.at<cv::Vec3b>(y, x);
+      for (int c = 0; c < cinfo.input_components; ++c) row[x * cinfo.input_components + c] = c < 3 ? px[c] : 40;
+    }
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  Bytes bytes(out, out + size);
+  std::free(out);
+  return bytes;
+}
+
+// Offset of the first byte of entropy-coded data (after the first SOS segment).
+size_t entropy_start(const Bytes& jpg) {
+  for (size_t i = 2; i + 3 < jpg.size(); ++i) {
+    if (jpg[i] == 0xFF && jpg[i + 1] == 0xDA) return i + 2 + ((jpg[i + 2] << 8) | jpg[i + 3]);
+  }
+  ADD_FAILURE() << "no SOS marker";
+  return 0;
+}
+
+// XORs `count` entropy bytes from `at` on, leaving 0xFF bytes and the byte after each alone and never making a
+// new 0xFF, so the damage is to the Huffman data only, not to the marker structure.
+Bytes damage_entropy(Bytes jpg, size_t at, size_t count, uint8_t mask) {
+  for (size_t i = at; count > 0 && i + 2 < jpg.size(); ++i) {
+    if (jpg[i] == 0xFF || jpg[i - 1] == 0xFF || (jpg[i] ^ mask) == 0xFF) continue;
+    jpg[i] ^= mask;
+    --count;
+  }
+  return jpg;
+}
+
+// Portrait and high-entropy, so the entropy data is spread evenly over the rows and the bottom tenth of it lies
+// well below the val crop (rows 144..368 of 512) and below most train crops.
+const Bytes& base_jpeg() {
+  static const Bytes jpg = encode(noise_image(256, 512), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 90});
+  return jpg;
+}
+
+struct Case {
+  std::string name;
+  Bytes bytes;
+};
+
+std::vector<Case> corrupt_files() {
+  const Bytes& good = base_jpeg();
+  const size_t start = entropy_start(good), end = good.size() - 2;  // end: the EOI marker
+  std::vector<Case> cases;
+  {  // cut short, then the end-of-image marker put back: libjpeg pads the rest with grey silently
+    Bytes b(good.begin(), good.begin() + start + (end - start) * 6 / 10);
+    b.push_back(0xFF);
+    b.push_back(0xD9);
+    cases.push_back({"truncated_with_eoi", b});
+  }
+  {  // cut short in the last rows, below any val crop, EOI put back
+    Bytes b(good.begin(), good.begin() + start + (end - start) * 97 / 100);
+    b.push_back(0xFF);
+    b.push_back(0xD9);
+    cases.push_back({"truncated_near_the_end_with_eoi", b});
+  }
+  cases.push_back({"truncated_without_eoi", Bytes(good.begin(), good.begin() + (start + end) / 2)});
+  cases.push_back({"entropy_damaged_below_the_crop", damage_entropy(good, start + (end - start) * 9 / 10, 8, 0x5A)});
+  cases.push_back({"garbage_after_sos", damage_entropy(good, start, 200, 0xA7)});
+  cases.push_back({"zero_bytes", Bytes{}});
+  cases.push_back({"not_an_image", Bytes{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'}});
+  return cases;
+}
+
+// A JPEG header claiming 30000x30000 in front of a tiny body: ~1 KB that would cost 2.7 GB to decode.
+Bytes jpeg_bomb() {
+  Bytes b = encode(noise_image(16, 16), ".jpg");
+  for (size_t i = 2; i + 8 < b.size(); ++i) {
+    if (b[i] == 0xFF && b[i + 1] == 0xC0) {  // SOF0: FF C0 len(2) precision(1) height(2) width(2)
+      b[i + 5] = b[i + 7] = 30000 >> 8;
+      b[i + 6] = b[i + 8] = 30000 & 0xFF;
+      return b;
+    }
+  }
+  ADD_FAILURE() << "no SOF0";
+  return b;
+}
+
+struct Path {
+  bool crop_decode, train;
+  PixelFormat format;
+};
+
+std::vector<Path> every_path() {
+  std::vector<Path> paths;
+  for (bool crop_decode : {true, false}) {
+    for (bool train : {true, false}) {
+      for (PixelFormat f : {PixelFormat::kFloat32Chw, PixelFormat::kUint8Hwc}) paths.push_back({crop_decode, train, f});
+    }
+  }
+  return paths;
+}
+
+std::string describe(const Path& p) {
+  return std::string(p.crop_decode ? "crop_decode" : "full decode") + (p.train ? ", train" : ", val") +
+         (p.format == PixelFormat::kUint8Hwc ? ", uint8" : ", float32");
+}
+
+// Decodes with the given path; returns the error message, or "" when the file was accepted.
+std::string try_decode(const Bytes& file, const Path& p, uint64_t seed = 3) {
+  TransformOptions o;
+  o.size = 32;
+  o.crop_decode = p.crop_decode;
+  o.format = p.format;
+  std::vector<uint8_t> out(bytes_per_image(o.format, o.size));
+  DecodeScratch scratch;
+  SampleRng rng(seed);
+  try {
+    decode_into(file.data(), file.size(), p.train, o, rng, scratch, out.data());
+    return "";
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+}
+
+TEST(BadImages, EveryCorruptFileIsRefusedOnEveryDecodePath) {
+  for (const Case& c : corrupt_files()) {
+    for (const Path& p : every_path()) {
+      for (uint64_t seed = 0; seed < 4; ++seed) {  // several train crops, most of them above the damage
+        EXPECT_NE(try_decode(c.bytes, p, seed), "") << c.name << ", " << describe(p) << ", seed " << seed;
+      }
+    }
+  }
+}
+
+TEST(BadImages, CorruptJpegIsRefusedWithLibjpegsMessage) {
+  Bytes b(base_jpeg().begin(), base_jpeg().begin() + base_jpeg().size() / 2);
+  b.push_back(0xFF);
+  b.push_back(0xD9);
+  for (const Path& p : every_path()) {
+    EXPECT_NE(try_decode(b, p).find("libjpeg: Corrupt JPEG data"), std::string::npos) << describe(p);
+  }
+  b.resize(b.size() - 2);  // no end-of-image marker either
+  for (const Path& p : every_path()) {
+    EXPECT_NE(try_decode(b, p).find("libjpeg: Premature end of JPEG file"), std::string::npos) << describe(p);
+  }
+}
+
+TEST(BadImages, DecompressionBombIsRefusedNamingThePixelLimit) {
+  const Bytes bomb = jpeg_bomb();
+  ASSERT_LT(bomb.size(), 2000u);
+  for (const Path& p : every_path()) {
+    const std::string error = try_decode(bomb, p);
+    EXPECT_NE(error.find("30000x30000"), std::string::npos) << describe(p) << ": " << error;
+    EXPECT_NE(error.find("max_image_pixels = 100000000"), std::string::npos) << describe(p) << ": " << error;
+  }
+}
+
+TEST(BadImages, BombWhoseHeaderThePeekCannotReadIsRefusedByLibjpeg) {
+  Bytes bomb = jpeg_bomb();
+  bomb.insert(bomb.begin() + 2, {0x00, 0x00, 0x00});  // junk before the first marker: libjpeg skips it, the peek gives up
+  int w = 0, h = 0;
+  ASSERT_FALSE(peek_image_size(bomb.data(), bomb.size(), &w, &h));
+  for (const Path& p : every_path()) {
+    EXPECT_NE(try_decode(bomb, p).find("max_image_pixels"), std::string::npos) << describe(p);
+  }
+  std::vector<uint8_t> buffer;
+  EXPECT_THROW(check_jpeg(bomb.data(), bomb.size(), 1000, buffer), std::runtime_error);
+}
+
+TEST(BadImages, PngBombIsRefusedBeforeDecoding) {
+  Bytes png = encode(noise_image(16, 16), ".png");
+  for (int at : {16, 20}) {  // IHDR width, height: big-endian 30000
+    png[at] = 0, png[at + 1] = 0, png[at + 2] = 30000 >> 8, png[at + 3] = 30000 & 0xFF;
+  }
+  for (const Path& p : every_path()) {
+    EXPECT_NE(try_decode(png, p).find("max_image_pixels"), std::string::npos) << describe(p);
+  }
+}
+
+TEST(BadImages, PixelLimitIsAnOptionAndZeroMeansNone) {
+  const Bytes jpg = encode(noise_image(100, 80), ".jpg");
+  TransformOptions o;
+  o.size = 16;
+  std::vector<float> out(3 * 16 * 16);
+  DecodeScratch scratch;
+  SampleRng rng(1);
+  o.max_image_pixels = 100 * 80 - 1;
+  EXPECT_THROW(decode_into(jpg.data(), jpg.size(), true, o, rng, scratch, out.data()), std::runtime_error);
+  o.max_image_pixels = 100 * 80;
+  EXPECT_NO_THROW(decode_into(jpg.data(), jpg.size(), true, o, rng, scratch, out.data()));
+  o.max_image_pixels = 0;
+  EXPECT_NO_THROW(decode_into(jpg.data(), jpg.size(), true, o, rng, scratch, out.data()));
+}
+
+// APP1 "Exif" with one IFD entry, orientation = 6 (rotate 90), inserted right after SOI.
+Bytes with_exif(Bytes jpg) {
+  const Bytes tiff = {'M', 'M', 0, 42, 0, 0, 0, 8,                 // big-endian TIFF header, IFD at 8
+                      0, 1,                                        // one entry
+                      0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0,    // Orientation, SHORT, 1, value 6
+                      0, 0, 0, 0};                                 // no next IFD
+  Bytes app1 = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
+  app1.insert(app1.end(), tiff.begin(), tiff.end());
+  const size_t len = app1.size() - 2;
+  app1[2] = static_cast<uint8_t>(len >> 8);
+  app1[3] = static_cast<uint8_t>(len & 0xFF);
+  jpg.insert(jpg.begin() + 2, app1.begin(), app1.end());
+  return jpg;
+}
+
+std::vector<Case> unusual_valid_files() {
+  const cv::Mat img = noise_image(200, 150);
+  cv::Mat gray;
+  cv::cvtColor(img, gray, cv::COLOR_BGR2GRAY);
+  Bytes trailing = encode(img, ".jpg");
+  trailing.insert(trailing.end(), 3000, 0x00);  // some writers append data after EOI; more than the old 1 KB window
+  return {
+      {"baseline_420", encode(img, ".jpg")},
+      {"progressive", encode(img, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})},
+      {"grayscale", encode(gray, ".jpg")},
+      {"restart_markers", encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})},
+      {"sampling_444", encode_libjpeg(img, false)},
+      {"cmyk", encode_libjpeg(img, true)},
+      {"exif_orientation", with_exif(encode(img, ".jpg"))},
+      {"bytes_after_eoi", trailing},
+      {"png", encode(img, ".png")},
+      {"grayscale_png", encode(gray, ".png")},
+  };
+}
+
+TEST(BadImages, UnusualValidFilesAreAcceptedOnEveryDecodePath) {
+  for (const Case& c : unusual_valid_files()) {
+    for (const Path& p : every_path()) {
+      for (uint64_t seed = 0; seed < 4; ++seed) {
+        EXPECT_EQ(try_decode(c.bytes, p, seed), "") << c.name << ", " << describe(p) << ", seed " << seed;
+      }
+    }
+  }
+}
+
+TEST(BadImages, CheckJpegAcceptsValidFilesAndRefusesCorruptOnes) {
+  std::vector<uint8_t> buffer;
+  for (const Case& c : unusual_valid_files()) {
+    if (c.name.find("png") != std::string::npos) continue;
+    EXPECT_NO_THROW(check_jpeg(c.bytes.data(), c.bytes.size(), 0, buffer)) << c.name;
+  }
+  for (const Case& c : corrupt_files()) EXPECT_THROW(check_jpeg(c.bytes.data(), c.bytes.size(), 0, buffer), std::runtime_error) << c.name;
+}
+
+// --- the dataset's record of bad files ---
+
+void write_file(const std::string& path, const Bytes& bytes) {
+  std::ofstream(path, std::ios::trunc | std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                 static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(BadImages, PngNamedJpgIsAcceptedFromDisk) {
+  const std::string root = test::make_dataset("png_named_jpg", 1, 2, 1, 32);
+  ImageFolder folder = scan_image_folder(root, "train");
+  write_file(folder.samples[0].path, encode(noise_image(40, 30), ".png"));
+  TransformOptions o;
+  o.size = 16;
+  Dataset ds(folder, o, true, BadImagePolicy::kFail);
+  std::vector<float> out(3 * 16 * 16);
+  int64_t label = -1;
+  DecodeScratch scratch;
+  EXPECT_EQ(ds.load(0, 0, 0, out.data(), &label, scratch), 0);
+  EXPECT_EQ(ds.distinct_bad_images(), 0);
+}
+
+TEST(BadImages, SameBadFileLoadedManyTimesIsRecordedOnce) {
+  const std::string root = test::make_dataset("bad_once", 1, 3, 1, 32);
+  ImageFolder folder = scan_image_folder(root, "train");
+  write_file(folder.samples[1].path, jpeg_bomb());
+  TransformOptions o;
+  o.size = 16;
+  Dataset ds(folder, o, true, BadImagePolicy::kSkip);
+  std::vector<float> out(3 * 16 * 16);
+  int64_t label = -1;
+  DecodeScratch scratch;
+  int bad_loads = 0;
+  for (int64_t epoch = 0; epoch < 5; ++epoch) bad_loads += ds.load(1, 0, epoch, out.data(), &label, scratch);
+  EXPECT_EQ(bad_loads, 5);
+  EXPECT_EQ(ds.distinct_bad_images(), 1);
+  const std::vector<BadImage> taken = ds.take_new_bad_images();
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].path, folder.samples[1].path);
+  EXPECT_NE(taken[0].reason.find("max_image_pixels"), std::string::npos) << taken[0].reason;
+  ds.load(1, 0, 5, out.data(), &label, scratch);
+  EXPECT_TRUE(ds.take_new_bad_images().empty());  // already taken, not found anew
+  EXPECT_EQ(ds.distinct_bad_images(), 1);
+}
+
+TEST(BadImages, BadReplacementsAreRecordedOnceEach) {
+  const std::string root = test::make_dataset("bad_replacements", 1, 4, 1, 32);
+  ImageFolder folder = scan_image_folder(root, "train");
+  const std::vector<Case> corrupt = corrupt_files();
+  std::set<std::string> bad_paths;
+  for (int i = 0; i < 3; ++i) {  // only sample 3 is good: replacements are often bad too
+    write_file(folder.samples[i].path, corrupt[i].bytes);
+    bad_paths.insert(folder.samples[i].path);
+  }
+  TransformOptions o;
+  o.size = 16;
+  Dataset ds(folder, o, true, BadImagePolicy::kSkip);
+  std::vector<float> out(3 * 16 * 16);
+  int64_t label = -1;
+  DecodeScratch scratch;
+  int bad_loads = 0, most_in_one_load = 0;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    for (int64_t i = 0; i < 4; ++i) {
+      const int replaced = ds.load(i, seed, 0, out.data(), &label, scratch);
+      bad_loads += replaced;
+      most_in_one_load = std::max(most_in_one_load, replaced);
+      EXPECT_EQ(label, 0);
+    }
+  }
+  EXPECT_GE(most_in_one_load, 2);  // some replacement was bad too
+  EXPECT_GT(bad_loads, 3);
+  EXPECT_EQ(ds.distinct_bad_images(), 3);
+  std::set<std::string> taken_paths;
+  for (const BadImage& b : ds.take_new_bad_images()) {
+    EXPECT_TRUE(taken_paths.insert(b.path).second) << "taken twice: " << b.path;
+    EXPECT_FALSE(b.reason.empty());
+  }
+  EXPECT_EQ(taken_paths, bad_paths);
+}
+
+TEST(BadImages, FailPolicyNamesTheFileAndTheReason) {
+  const std::string root = test::make_dataset("bad_fail_reason", 1, 2, 1, 32);
+  ImageFolder folder = scan_image_folder(root, "train");
+  Bytes cut = corrupt_files()[0].bytes;  // truncated, end-of-image marker put back
+  write_file(folder.samples[0].path, cut);
+  TransformOptions o;
+  o.size = 16;
+  Dataset ds(folder, o, true, BadImagePolicy::kFail);
+  std::vector<float> out(3 * 16 * 16);
+  int64_t label = -1;
+  DecodeScratch scratch;
+  try {
+    ds.load(0, 0, 0, out.data(), &label, scratch);
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(folder.samples[0].path), std::string::npos) << what;
+    EXPECT_NE(what.find("libjpeg: Corrupt JPEG data"), std::string::npos) << what;
+  }
+  EXPECT_EQ(ds.distinct_bad_images(), 1);  // recorded under fail too, for the run folder's list
+}
+
+}  // namespace
+}  // namespace pinfeed::data
