@@ -14,6 +14,7 @@
 #include "app/bench_sources.h"
 #include "app/config.h"
 #include "app/datasets.h"
+#include "app/distributed.h"
 #include "app/exit_codes.h"
 #include "app/format.h"
 #include "app/plan.h"
@@ -74,13 +75,17 @@ BenchSample sample_of(const pipeline::EpochTiming& t, const std::string& mode_ra
           t.ahead_ms.mean, mode_ran};
 }
 
-// One repeat of one row: warm-up + steps through the step loop, crossing epoch boundaries as needed.
-BenchSample run_row(const Row& row, const Datasets& sets, StepRunner& runner, const BenchArgs& a, int* workers) {
+// One repeat of one row on this rank: warm-up + steps through the step loop, crossing epoch boundaries.
+BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runner, Distributed& dist,
+                         const BenchArgs& a, int* workers) {
   StepLoopOptions loop;
   loop.end_step = a.warmup + a.steps;
   loop.warmup_steps = a.warmup;
   loop.max_steps_ahead = row.plan.max_steps_ahead;
   loop.wrap = true;
+  loop.dist = &dist;
+  loop.device = row.plan.device;
+  loop.stream = row.plan.compute_stream;
   const double lr = row.plan.config.train.lr;
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
@@ -102,6 +107,16 @@ BenchSample run_row(const Row& row, const Datasets& sets, StepRunner& runner, co
   const StepLoopResult r = run_steps(feeder, meter, loop, train_step);
   feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
   return sample_of(r.timing, feeder.mode());
+}
+
+// Several ranks run the same row at once (the gradient all-reduce in every step); rank 0 collects their rates.
+BenchSample run_row(const Row& row, const Datasets& sets, StepRunner& runner, Distributed& dist, const BenchArgs& a,
+                    int* workers) {
+  BenchSample s = run_row_here(row, sets, runner, dist, a, workers);
+  s.per_rank_samples_per_s = dist.all_gather({s.samples_per_s});
+  s.total_samples_per_s = 0;
+  for (double x : s.per_rank_samples_per_s) s.total_samples_per_s += x;
+  return s;
 }
 
 json bench_meta(const Plan& plan, const Datasets& sets, int workers, const BenchArgs& a) {
@@ -126,6 +141,8 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
   return m;
 }
 
+int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a);
+
 }  // namespace
 
 void add_bench_options(CLI::App& cmd, BenchArgs& a) {
@@ -141,13 +158,23 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
 
 int run_bench(const BenchArgs& a) {
   install_signal_handlers();
-  const Plan plan = resolve_plan(load_config(a.config, a.overrides));
+  const Plan plan = resolve_plan(load_config(a.config, a.overrides), dist_env_from_environment());
   const std::vector<Row> rows = plan_rows(plan, a.modes);
+  Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
+  return dist.guard([&] { return bench_rows(plan, rows, dist, a); });
+}
+
+namespace {
+int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a) {
+  dist.agree("config", to_toml(plan.config), "config");
   configure_backend(plan);
   const Datasets sets = open_datasets(plan, /*with_val=*/false);
-  StepRunner runner(plan, sets.num_classes);
-  const std::string out_dir = a.out.empty() ? make_run_dir(plan.config.run.dir, "bench") : a.out;
-  fs::create_directories(out_dir);
+  StepRunner runner(plan, sets.num_classes, &dist);
+  std::string out_dir;
+  if (dist.is_main()) {
+    out_dir = a.out.empty() ? make_run_dir(plan.config.run.dir, "bench") : a.out;
+    fs::create_directories(out_dir);
+  }
 
   std::map<std::string, std::vector<BenchSample>> results;
   int workers = 0;
@@ -155,19 +182,24 @@ int run_bench(const BenchArgs& a) {
   int done = 0;
   for (int r = 0; r < a.repeats && !g_stop_requested; ++r) {
     for (const Row& row : rows) {  // interleaved: drift over time hits every row alike
-      log::status("bench repeat " + std::to_string(r + 1) + "/" + std::to_string(a.repeats) + ": " + row.name + " (" +
+      if (dist.is_main()) log::status("bench repeat " + std::to_string(r + 1) + "/" + std::to_string(a.repeats) + ": " + row.name + " (" +
                       std::to_string(done) + "/" + std::to_string(total) + " done)",
                   false);
-      const BenchSample s = run_row(row, sets, runner, a, &workers);
+      const BenchSample s = run_row(row, sets, runner, dist, a, &workers);
       log::info("  " + row.name + ": " + fixed(s.samples_per_s, 1) + " samples/s, wait p50 " + fixed(s.wait_p50, 3) +
-                " ms, GPU idle " + fixed(100 * s.gpu_idle, 1) + "%");
+                " ms, GPU idle " + fixed(100 * s.gpu_idle, 1) + "%" +
+                (dist.active() && dist.is_main() ? "; all ranks " + fixed(s.total_samples_per_s, 1) + " samples/s" : ""));
       results[row.name].push_back(s);
       ++done;
     }
   }
 
+  if (!dist.is_main()) return g_stop_requested ? kExitInterrupted : kExitOk;
   json doc;
   doc["meta"] = bench_meta(plan, sets, workers, a);
+  doc["meta"]["world_size"] = dist.world();
+  doc["meta"]["bucket_mb"] = plan.config.dist.bucket_mb;
+  doc["meta"]["overlap"] = plan.config.dist.overlap;
   doc["rows"] = json::array();
   for (const Row& row : rows) doc["rows"].push_back(summarise_row(row.name, results[row.name]));
   json table_rows = doc["rows"];
@@ -178,12 +210,13 @@ int run_bench(const BenchArgs& a) {
     doc["reference_meta"] = ref["meta"];
     for (const auto& r : ref["rows"]) table_rows.push_back(r);
   }
-  const std::string table = render_table(table_rows);
+  const std::string table = render_table(table_rows, dist.world());
   write_file_atomic((fs::path(out_dir) / "bench.json").string(), doc.dump(2) + "\n");
   write_file_atomic((fs::path(out_dir) / "table.md").string(), table);
   write_file_atomic((fs::path(out_dir) / "bench.csv").string(), render_csv(table_rows));
   std::printf("%s\nwritten to %s\n", table.c_str(), out_dir.c_str());
   return g_stop_requested ? kExitInterrupted : kExitOk;
 }
+}  // namespace
 
 }  // namespace pinfeed::app

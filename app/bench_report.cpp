@@ -43,10 +43,22 @@ json summarise_row(const std::string& row, const std::vector<BenchSample>& reps)
     r[name] = all;
     r[median_name] = num_or_null(median(v));
   }
+  std::vector<double> totals;
+  json per_rank = json::array(), total = json::array();
+  for (const auto& s : reps) {
+    json ranks = json::array();
+    for (double x : s.per_rank_samples_per_s) ranks.push_back(num_or_null(x));
+    per_rank.push_back(ranks);
+    total.push_back(num_or_null(s.total_samples_per_s));
+    totals.push_back(s.total_samples_per_s);
+  }
+  r["per_rank_samples_per_s"] = per_rank;
+  r["total_samples_per_s"] = total;
+  r["total_samples_per_s_median"] = num_or_null(median(totals));
   return r;
 }
 
-std::string render_table(const json& rows) {
+std::string render_table(const json& rows, int world) {
   double pageable = NAN, resident = NAN;
   for (const auto& r : rows) {
     if (r["implementation"] != "pinfeed") continue;
@@ -54,8 +66,10 @@ std::string render_table(const json& rows) {
     if (r["mode"] == kGpuResidentRow) resident = r["samples_per_s_median"].get<double>();
   }
   std::ostringstream t;
-  t << "| implementation | mode | wait ms p50 / mean | GPU idle % | h2d ms | samples/s median [min-max] | x vs pageable | % of gpu_resident |\n"
-    << "|---|---|---|---|---|---|---|---|\n";
+  const bool ranks = world > 1;
+  t << "| implementation | mode | wait ms p50 / mean | GPU idle % | h2d ms | samples/s median [min-max] | x vs pageable | % of gpu_resident |"
+    << (ranks ? " total samples/s, " + std::to_string(world) + " ranks | per-rank samples/s [min-max] |" : "") << "\n"
+    << "|---|---|---|---|---|---|---|---|" << (ranks ? "---|---|" : "") << "\n";
   auto get = [](const json& j) { return j.is_null() ? NAN : j.get<double>(); };
   for (const auto& r : rows) {
     const double med = get(r["samples_per_s_median"]);
@@ -71,7 +85,22 @@ std::string render_table(const json& rows) {
       << fixed(100 * get(r["gpu_idle_median"]), 1) << " | " << fixed(get(r["h2d_ms_median"]), 2) << " | "
       << fixed(med, 0) << " [" << fixed(lo, 0) << "-" << fixed(hi, 0) << "] | "
       << (framing ? std::string("") : fixed(med / pageable, 2) + "x") << " | "
-      << (r["mode"] == kLoaderOnlyRow ? std::string("") : fixed(100 * med / resident, 1) + "%") << " |\n";
+      << (r["mode"] == kLoaderOnlyRow ? std::string("") : fixed(100 * med / resident, 1) + "%") << " |";
+    if (ranks) {
+      double rank_lo = INFINITY, rank_hi = -INFINITY;
+      if (r.contains("per_rank_samples_per_s")) {
+        for (const auto& rep : r["per_rank_samples_per_s"]) {
+          for (const auto& x : rep) {
+            if (x.is_null()) continue;
+            rank_lo = std::min(rank_lo, x.get<double>());
+            rank_hi = std::max(rank_hi, x.get<double>());
+          }
+        }
+      }
+      t << " " << (r.contains("total_samples_per_s_median") ? fixed(get(r["total_samples_per_s_median"]), 0) : "")
+        << " | " << (std::isfinite(rank_lo) ? fixed(rank_lo, 0) + "-" + fixed(rank_hi, 0) : "") << " |";
+    }
+    t << "\n";
   }
   return t.str();
 }

@@ -18,10 +18,13 @@ struct BenchSample {  // one repeat of one row
   double samples_per_s = NAN, wait_p50 = NAN, wait_mean = NAN, gpu_idle = NAN, h2d_mean = NAN;
   double loader_mean = NAN, ahead_mean = NAN;
   std::string mode_ran;
+  std::vector<double> per_rank_samples_per_s;  // several ranks: each rank's samples/s (rank order)
+  double total_samples_per_s = NAN;            // their sum
 };
 
 nlohmann::json summarise_row(const std::string& row, const std::vector<BenchSample>& repeats);
-std::string render_table(const nlohmann::json& rows);
+// world > 1 adds the total over ranks and the per-rank range.
+std::string render_table(const nlohmann::json& rows, int world = 1);
 std::string render_csv(const nlohmann::json& rows);
 
 }  // namespace pinfeed::app

@@ -36,6 +36,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   d.insert("epoch", c.epoch);
   d.insert("step_in_epoch", c.step_in_epoch);
   d.insert("global_step", c.global_step);
+  d.insert("world_size", c.world_size);
   if (c.torch_rng.defined()) d.insert("torch_rng", c.torch_rng);
   d.insert("config", c.config);
   const std::vector<char> bytes = torch::jit::pickle_save(d);
@@ -61,6 +62,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.epoch = d.at("epoch").toInt();
   c.step_in_epoch = d.at("step_in_epoch").toInt();
   c.global_step = d.at("global_step").toInt();
+  if (d.contains("world_size")) c.world_size = d.at("world_size").toInt();
   if (d.contains("torch_rng")) c.torch_rng = d.at("torch_rng").toTensor();
   c.config = d.at("config").toStringRef();
   return c;

@@ -16,6 +16,7 @@ struct Checkpoint {
   int64_t epoch = 0;          // the epoch to continue in
   int64_t step_in_epoch = 0;  // batches of that epoch already trained
   int64_t global_step = 0;
+  int64_t world_size = 1;     // ranks that trained it: the shards and the step position depend on it
   at::Tensor torch_rng;  // CPU generator state
   std::string config;    // resolved TOML
 };

@@ -120,6 +120,7 @@ const std::vector<Key>& keys() {
       key("train.epochs", &C::train, &TrainConfig::epochs, "epochs to train", at_least<int64_t>(1)),
       key("train.batch_size", &C::train, &TrainConfig::batch_size, "samples per step", at_least<int64_t>(1)),
       key("train.lr", &C::train, &TrainConfig::lr, "peak learning rate (after warm-up)", in_range(0, 1e3, false)),
+      key("train.lr_reference_batch", &C::train, &TrainConfig::lr_reference_batch, "0: lr is the rate as given; B: lr and min_lr are per B samples, scaled linearly to the global batch (batch_size x ranks; Goyal et al. 2017)", at_least<int64_t>(0)),
       key("train.momentum", &C::train, &TrainConfig::momentum, "SGD momentum", in_range(0, 1, true)),
       key("train.nesterov", &C::train, &TrainConfig::nesterov, "Nesterov momentum"),
       key("train.weight_decay", &C::train, &TrainConfig::weight_decay, "L2 weight decay", in_range(0, 1, false)),
@@ -143,6 +144,10 @@ const std::vector<Key>& keys() {
       key("pipeline.pinned_budget_mb", &C::pipeline, &PipelineConfig::pinned_budget_mb, "cap on page-locked MB; 0 = 30% of RAM", at_least<int64_t>(0)),
       key("pipeline.max_steps_ahead", &C::pipeline, &PipelineConfig::max_steps_ahead, "the host queues at most this many steps ahead of the GPU, then waits (ahead_ms, not wait_ms); 0 = no limit; 1 serialises host and GPU", at_least<int64_t>(0)),
       key("pipeline.warmup_steps", &C::pipeline, &PipelineConfig::warmup_steps, "steps per epoch left out of the timing figures", at_least<int64_t>(0)),
+      key("dist.backend", &C::dist, &DistConfig::backend, "several ranks: auto (nccl on CUDA, gloo on the CPU) | nccl | gloo", one_of({"auto", "nccl", "gloo"})),
+      key("dist.bucket_mb", &C::dist, &DistConfig::bucket_mb, "several ranks: gradients all-reduced per bucket, MB (DDP's bucket_cap_mb)", in_range(0.001, 4096, false)),
+      key("dist.overlap", &C::dist, &DistConfig::overlap, "several ranks: all-reduce each bucket during backward; false: after backward"),
+      key("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "several ranks: bound on joining the group and on every collective, s", at_least<int64_t>(1)),
       key("run.name", &C::run, &RunConfig::name, "run directory is <dir>/<timestamp>-<name>"),
       key("run.dir", &C::run, &RunConfig::dir, "where run directories go"),
       key("run.log_steps", &C::run, &RunConfig::log_steps, "write per-step figures to steps.jsonl"),
@@ -210,13 +215,14 @@ void apply_table(Config& c, const toml::table& root, const std::string& source) 
     const auto* table = node.as_table();
     if (!table) {
       throw ConfigError(where(source, section.source()) + ": '" + sname +
-                        "' must be a section: [data] [model] [train] [pipeline] [run]");
+                        "' must be a section: [data] [model] [train] [pipeline] [dist] [run]");
     }
     for (auto&& [name, value] : *table) {
       const std::string full = sname + "." + std::string(name.str());
       const Key* k = find_key(full);
       if (!k) {
-        const bool known_section = sname == "data" || sname == "model" || sname == "train" || sname == "pipeline" || sname == "run";
+        const bool known_section = sname == "data" || sname == "model" || sname == "train" || sname == "pipeline" ||
+                                   sname == "dist" || sname == "run";
         throw ConfigError(where(source, name.source()) + ": unknown " + (known_section ? "key '" + full + "'" : "section [" + sname + "]") +
                           " (pinfeed help config lists every key)");
       }
@@ -345,7 +351,7 @@ std::string to_toml(const Config& config) {
     std::visit([&](const auto& v) { t.insert(k.name.substr(dot + 1), v); }, k.get(c));
   }
   std::ostringstream out;
-  for (const char* s : {"data", "model", "train", "pipeline", "run"}) out << "[" << s << "]\n" << sections[s] << "\n\n";
+  for (const char* s : {"data", "model", "train", "pipeline", "dist", "run"}) out << "[" << s << "]\n" << sections[s] << "\n\n";
   return out.str();
 }
 

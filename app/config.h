@@ -1,4 +1,4 @@
-// The TOML config: sections [data] [model] [train] [pipeline] [run], parsed into plain option structs.
+// The TOML config: sections [data] [model] [train] [pipeline] [dist] [run], parsed into plain option structs.
 // Only app/ sees TOML. Every key is declared once, in config.cpp's key table (type, default, check, help).
 #pragma once
 
@@ -43,6 +43,7 @@ struct TrainConfig {
   int64_t epochs = 90;
   int64_t batch_size = 256;
   double lr = 0.1;
+  int64_t lr_reference_batch = 0;  // 0: lr as given; B: lr (and min_lr) are per B samples, scaled by global batch / B
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 1e-4;
@@ -71,6 +72,14 @@ struct PipelineConfig {
   int64_t max_steps_ahead = 2;  // the host runs at most this many steps ahead of the GPU; 0 = no limit
 };
 
+// Data-parallel training (several ranks under torchrun); ignored when the world size is 1.
+struct DistConfig {
+  std::string backend = "auto";  // auto (nccl on CUDA, gloo on the CPU) | nccl | gloo
+  double bucket_mb = 25;         // gradients all-reduced per bucket, as DDP's bucket_cap_mb
+  bool overlap = true;           // all-reduce each bucket during backward; false: after it (for measuring)
+  int64_t timeout_s = 300;       // bound on joining the group and on every collective
+};
+
 struct RunConfig {
   std::string name = "run";
   std::string dir = "runs";
@@ -84,6 +93,7 @@ struct Config {
   ModelConfig model;
   TrainConfig train;
   PipelineConfig pipeline;
+  DistConfig dist;
   RunConfig run;
   std::string source;                            // the file it came from
   std::map<std::string, std::string> locations;  // key -> "file:line:col" where it was set

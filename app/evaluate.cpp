@@ -6,7 +6,7 @@
 
 namespace pinfeed::app {
 
-EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source) {
+EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist) {
   runner.model()->eval();
   at::Tensor sums = at::zeros({4}, at::TensorOptions().device(runner.device()).dtype(at::kDouble));
   source.start_epoch(0);
@@ -15,6 +15,7 @@ EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source) {
     if (g_stop_requested) break;
   }
   runner.model()->train();
+  if (dist) dist->all_reduce_sum(sums);
   const at::Tensor s = sums.cpu();
   const double n = s[3].item<double>();
   if (n == 0) return {};

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "app/distributed.h"
 #include "app/step_runner.h"
 #include "pipeline/batch_source.h"
 
@@ -12,6 +13,8 @@ struct EvalResult {
   double loss = NAN, top1 = NAN, top5 = NAN;
 };
 
-EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source);
+// Several ranks: each evaluates its shard (every sample exactly once across ranks) and the sums are
+// all-reduced, so every rank returns the whole split's figures.
+EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist = nullptr);
 
 }  // namespace pinfeed::app

@@ -9,6 +9,7 @@ enum ExitCode : int {
   kExitUsage = 2,        // bad command line, config file or option combination
   kExitData = 3,         // missing dataset, unreadable or corrupt image under on_bad_image = "fail"
   kExitOutput = 4,       // cannot write the run directory (disk full, permissions)
+  kExitPeerFailed = 5,   // data-parallel run: another rank failed first (its error is named)
   kExitInterrupted = 130,  // SIGINT/SIGTERM: stopped after saving a checkpoint
 };
 

@@ -8,6 +8,7 @@
 
 #include "app/bench.h"
 #include "app/config.h"
+#include "app/distributed.h"
 #include "app/exit_codes.h"
 #include "app/plan.h"
 #include "app/run_files.h"
@@ -99,9 +100,9 @@ int run(int argc, char** argv) {
 
   app::install_signal_handlers();
   const app::Config config = app::load_config(config_path, with_cli_overrides(overrides, mode, device));
-  const app::TrainResult result = app::train(app::resolve_plan(config), {resume});
+  const app::TrainResult result = app::train(app::resolve_plan(config, app::dist_env_from_environment()), {resume});
   if (result.interrupted) return app::kExitInterrupted;
-  if (!result.epochs.empty()) {
+  if (result.main_rank && !result.epochs.empty()) {
     const auto& e = result.epochs.back();
     std::printf("final: epoch %lld val_top1 %.4f val_top5 %.4f train_loss %.4f (run %s)\n",
                 static_cast<long long>(e.epoch), e.val_top1, e.val_top5, e.train_loss, result.run_dir.c_str());
@@ -114,6 +115,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const app::PeerFailed& e) {
+    log::error(e.what());
+    return app::kExitPeerFailed;
   } catch (const app::ConfigError& e) {
     log::error(e.what());
     return app::kExitUsage;

@@ -8,12 +8,26 @@
 namespace pinfeed::app {
 namespace {
 
-// "auto" -> cuda if available else cpu. Throws ConfigError for a device that is not there.
-c10::Device resolve_device(const Config& c) {
+// "auto" -> cuda if available else cpu; several ranks on CUDA: cuda:LOCAL_RANK. Throws ConfigError for a
+// device that is not there.
+c10::Device resolve_device(const Config& c, const DistEnv& dist) {
   const std::string& d = c.train.device;
   const std::string loc = location_of(c, "train.device");
-  if (d == "auto") return gpu::available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  if (d == "cpu") return c10::Device(c10::kCPU);
+  if (d == "cpu" || (d == "auto" && !gpu::available())) return c10::Device(c10::kCPU);
+  if (dist.world > 1) {
+    if (d != "auto" && d != "cuda") {
+      throw ConfigError(loc + ": train.device = \"" + d + "\" with " + std::to_string(dist.world) +
+                        " ranks: each rank takes cuda:LOCAL_RANK; set \"auto\" or \"cuda\" (or \"cpu\")");
+    }
+    if (!gpu::available()) throw ConfigError(loc + ": train.device = \"cuda\" but no CUDA device is available");
+    if (dist.local_rank >= static_cast<int>(torch::cuda::device_count())) {
+      throw ConfigError("LOCAL_RANK = " + std::to_string(dist.local_rank) + " but this host has only " +
+                        std::to_string(torch::cuda::device_count()) + " CUDA device(s): start at most that many "
+                        "processes per host (torchrun --nproc-per-node)");
+    }
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
+  }
+  if (d == "auto") return c10::Device(c10::kCUDA, 0);
   if (!gpu::available()) {
     throw ConfigError(loc + ": train.device = \"" + d + "\" but no CUDA device is available" +
                       (gpu::compiled_with_cuda() ? "" : " (this build's LibTorch has no CUDA)"));
@@ -59,10 +73,11 @@ data::LoaderOptions loader_options(const Config& c, bool train) {
 
 }  // namespace
 
-Plan resolve_plan(const Config& c) {
+Plan resolve_plan(const Config& c, const DistEnv& dist) {
   Plan p;
   p.config = c;
-  p.device = resolve_device(c);
+  p.dist = dist;
+  p.device = resolve_device(c, dist);
   p.precision = c.train.precision == "bf16" ? Precision::kBf16 : c.train.precision == "tf32" ? Precision::kTf32
                                                                                               : Precision::kFp32;
   p.channels_last = c.train.channels_last;
@@ -90,6 +105,11 @@ Plan resolve_plan(const Config& c) {
   p.on_bad_image = c.data.on_bad_image == "fail" ? data::BadImagePolicy::kFail : data::BadImagePolicy::kSkip;
   p.train_loader = loader_options(c, true);
   p.val_loader = loader_options(c, false);
+  for (data::LoaderOptions* o : {&p.train_loader, &p.val_loader}) {
+    if (o->workers == 0) o->workers = data::default_workers(dist.local_world);  // this host's cores, shared
+    o->shard_rank = dist.rank;
+    o->shards = dist.world;
+  }
 
   p.feeder.device = p.device;
   p.feeder.compute_stream = p.compute_stream;
@@ -99,6 +119,26 @@ Plan resolve_plan(const Config& c) {
 
   p.sgd = {c.train.momentum, c.train.nesterov, c.train.weight_decay};
   p.decay_bn_and_bias = c.train.decay_bn_and_bias;
+  p.schedule = c.train;
+  if (c.train.lr_reference_batch > 0) {
+    const double scale = static_cast<double>(c.train.batch_size) * dist.world / c.train.lr_reference_batch;
+    p.schedule.lr *= scale;
+    p.schedule.min_lr *= scale;
+  }
+
+  p.dist_backend = c.dist.backend == "auto" ? (p.device.is_cuda() ? "nccl" : "gloo") : c.dist.backend;
+  if (dist.world > 1 && p.dist_backend == "nccl" && !p.device.is_cuda()) {
+    throw ConfigError(location_of(c, "dist.backend") + ": dist.backend = \"nccl\" needs CUDA (device is cpu)");
+  }
+  if (dist.world > 1 && p.cuda_graph) {
+    // The captured step would have to capture NCCL's all-reduce too, and captured collectives escape the
+    // watchdog that bounds a dead rank's wait: refused rather than half-supported.
+    throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +
+                      std::to_string(dist.world) + " ranks; use the eager step (train.cuda_graph = false)");
+  }
+  p.bucket_bytes = static_cast<int64_t>(c.dist.bucket_mb * (1 << 20));
+  p.overlap = c.dist.overlap;
+  p.dist_timeout = std::chrono::seconds(c.dist.timeout_s);
   return p;
 }
 

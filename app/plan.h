@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/config.h"
+#include "app/distributed.h"
 #include "app/sgd.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -42,10 +43,19 @@ struct Plan {
 
   SgdOptions sgd;
   bool decay_bn_and_bias = true;
+  TrainConfig schedule;  // config.train with lr and min_lr scaled to the global batch (train.lr_reference_batch)
+
+  // Data parallelism: this process's place (world 1 without a launcher) and how gradients are averaged.
+  DistEnv dist;
+  std::string dist_backend;  // "nccl" | "gloo"
+  int64_t bucket_bytes = 25 << 20;
+  bool overlap = true;
+  std::chrono::seconds dist_timeout{300};
 };
 
-// Resolves and checks; throws ConfigError naming the key (file:line:col) at fault.
-Plan resolve_plan(const Config& config);
+// Resolves and checks; throws ConfigError naming the key (file:line:col) at fault. `dist` is where this
+// process sits (dist_env_from_environment()); the default is a single process.
+Plan resolve_plan(const Config& config, const DistEnv& dist = {});
 // The same plan in another transfer mode, checked again for its device.
 Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset);
 // cuDNN autotuning and TF32 for the plan's device and precision (process-wide LibTorch settings).

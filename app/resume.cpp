@@ -11,7 +11,7 @@
 namespace pinfeed::app {
 
 Checkpoint make_checkpoint(StepRunner& runner, const Config& c, int64_t epoch, int64_t step_in_epoch,
-                           int64_t global_step) {
+                           int64_t global_step, int64_t world_size) {
   Checkpoint ck;
   for (const auto& item : runner.model()->named_parameters()) ck.model[item.key()] = item.value();
   for (const auto& item : runner.model()->named_buffers()) ck.model[item.key()] = item.value();
@@ -19,6 +19,7 @@ Checkpoint make_checkpoint(StepRunner& runner, const Config& c, int64_t epoch, i
   ck.epoch = epoch;
   ck.step_in_epoch = step_in_epoch;
   ck.global_step = global_step;
+  ck.world_size = world_size;
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   ck.torch_rng = generator.get_state();
   ck.config = to_toml(c);

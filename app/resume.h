@@ -12,7 +12,7 @@
 namespace pinfeed::app {
 
 Checkpoint make_checkpoint(StepRunner& runner, const Config& config, int64_t epoch, int64_t step_in_epoch,
-                           int64_t global_step);
+                           int64_t global_step, int64_t world_size);
 void restore_checkpoint(StepRunner& runner, const Checkpoint& checkpoint);  // weights, momentum, CPU RNG
 // "last" -> the newest run named run.name that holds a last.pt; anything else is a path. Throws ConfigError.
 std::string resume_path(const Config& config, const std::string& resume);

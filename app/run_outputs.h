@@ -25,7 +25,9 @@ class RunOutputs {
       "epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "samples_per_s", "epoch_s", "steps",
       "warmup_steps", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "loader_ms_mean", "ahead_ms_mean", "h2d_ms_mean",
       "compute_ms_mean",
-      "gpu_idle", "mode", "pinned_mb", "host_rss_mb", "workers", "bad_images"};
+      "gpu_idle", "mode", "pinned_mb", "host_rss_mb", "workers", "bad_images", "world_size",
+      "global_samples_per_s", "samples_per_s_min", "samples_per_s_max", "wait_ms_mean_min", "wait_ms_mean_max",
+      "gpu_idle_min", "gpu_idle_max"};
 
  private:
   std::string dir_;

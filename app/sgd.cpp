@@ -77,6 +77,14 @@ std::map<std::string, at::Tensor> Sgd::state() const {
   return out;
 }
 
+std::map<std::string, at::Tensor> Sgd::zero_state() const {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& g : groups_) {
+    for (size_t i = 0; i < g.params.size(); ++i) out[g.names[i]] = at::zeros_like(g.params[i]);
+  }
+  return out;
+}
+
 void Sgd::load_state(const std::map<std::string, at::Tensor>& state) {
   if (state.empty()) return;
   for (auto& g : groups_) {

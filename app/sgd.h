@@ -31,6 +31,7 @@ class Sgd {
 
   // Momentum buffers by parameter name, for checkpoints; empty before the first step.
   std::map<std::string, at::Tensor> state() const;
+  std::map<std::string, at::Tensor> zero_state() const;  // state()'s names and shapes, zeros
   void load_state(const std::map<std::string, at::Tensor>& state);
 
  private:

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "app/distributed.h"
 #include "pipeline/batch_source.h"
 #include "pipeline/step_meter.h"
 
@@ -18,16 +19,22 @@ struct StepLoopOptions {
   int64_t warmup_steps = 0;  // leading steps left out of the figures
   int max_steps_ahead = 2;   // pipeline.max_steps_ahead
   bool wrap = false;         // when the source's epoch ends, start its next one (bench); else stop (train)
+  // Several ranks: Ctrl-C is acted on at the same step on every rank (a vote every 10 steps), else a rank
+  // would wait in an all-reduce that the others never join.
+  Distributed* dist = nullptr;
+  c10::Device device{c10::kCPU};
+  std::optional<c10::Stream> stream;  // the compute stream (CUDA)
 };
 
 struct StepLoopResult {
   int64_t next_step = 0;  // the first step not run
   int64_t epoch = 0;      // the source's epoch at the end (later than options.epoch after a wrap)
   pipeline::EpochTiming timing;
+  bool stopped = false;  // Ctrl-C / SIGTERM (agreed by every rank)
 };
 
 // step(batch, index): the work on one batch. after(batch, index): bookkeeping once the step is issued and
-// timed (outputs, progress); may be empty. Stops early on g_stop_requested.
+// timed (outputs, progress); may be empty. Stops early on Ctrl-C / SIGTERM.
 using StepFn = std::function<void(const pipeline::DeviceBatch& batch, int64_t index)>;
 StepLoopResult run_steps(pipeline::BatchSource& source, pipeline::StepMeter& meter, const StepLoopOptions& options,
                          const StepFn& step, const StepFn& after = {});

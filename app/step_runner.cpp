@@ -32,8 +32,8 @@ std::vector<std::string> no_decay_names(const model::ResNet& m) {
 
 }  // namespace
 
-StepRunner::StepRunner(const Plan& plan, int64_t num_classes)
-    : device_(plan.device), stream_(plan.compute_stream), bf16_(plan.autocast_bf16),
+StepRunner::StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist)
+    : dist_(dist && dist->active() ? dist : nullptr), device_(plan.device), stream_(plan.compute_stream), bf16_(plan.autocast_bf16),
       label_smoothing_(plan.config.train.label_smoothing), graphed_(plan.device.is_cuda() && plan.cuda_graph) {
   at::manual_seed(static_cast<uint64_t>(plan.config.train.seed));
   model_ = model::resnet50({num_classes, plan.config.model.zero_init_residual});
@@ -46,6 +46,33 @@ StepRunner::StepRunner(const Plan& plan, int64_t num_classes)
   }
   const auto no_decay = plan.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
   optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, plan.sgd);
+  if (dist_) {
+    broadcast_state();
+    grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), plan.bucket_bytes, plan.overlap);
+  }
+}
+
+void StepRunner::broadcast_state() {
+  if (!dist_) return;
+  std::vector<at::Tensor> state = model_->parameters();
+  for (const auto& b : model_->buffers()) state.push_back(b);
+  for (const auto& [name, momentum] : optimizer_->state()) state.push_back(momentum);
+  // Momentum exists on rank 0 after a restore but not yet elsewhere: every rank must send the same list.
+  const bool with_momentum = dist_->any(!optimizer_->state().empty());
+  if (with_momentum && optimizer_->state().empty()) {
+    optimizer_->load_state(optimizer_->zero_state());
+    for (const auto& [name, momentum] : optimizer_->state()) state.push_back(momentum);
+  }
+  dist_->broadcast(state);
+}
+
+void StepRunner::average_buffers() {
+  if (!dist_) return;
+  std::vector<at::Tensor> running;  // running_mean and running_var; num_batches_tracked is equal on every rank
+  for (const auto& b : model_->buffers()) {
+    if (b.is_floating_point()) running.push_back(b);
+  }
+  dist_->all_reduce_mean(running);
 }
 
 at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tensor& labels) {
@@ -57,6 +84,7 @@ at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tens
     loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, label_smoothing_);
   }
   loss.backward();
+  if (grad_sync_) grad_sync_->finish_step();  // gradients averaged across ranks before the optimizer reads them
   return loss.detach();
 }
 

@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 
+#include "app/distributed.h"
+#include "app/grad_sync.h"
 #include "app/plan.h"
 #include "app/sgd.h"
 #include "model/resnet.h"
@@ -17,7 +19,13 @@ namespace pinfeed::app {
 
 class StepRunner {
  public:
-  StepRunner(const Plan& plan, int64_t num_classes);
+  // dist (may be null): several ranks start from rank 0's weights and average their gradients every step.
+  StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist = nullptr);
+
+  // Several ranks: rank 0's weights, buffers and momentum into every rank (after a restore on rank 0), and the
+  // BN running statistics averaged across ranks (each rank saw only its shard) before evaluating or saving.
+  void broadcast_state();
+  void average_buffers();
 
   at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);  // loss, on device
   // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples].
@@ -34,6 +42,8 @@ class StepRunner {
 
   model::ResNet model_{nullptr};
   std::unique_ptr<Sgd> optimizer_;
+  Distributed* dist_ = nullptr;
+  std::unique_ptr<GradSync> grad_sync_;  // several ranks only
   c10::Device device_;
   std::optional<c10::Stream> stream_;  // the compute stream (CUDA)
   bool bf16_;

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
 #include "app/datasets.h"
+#include "app/distributed.h"
 #include "app/evaluate.h"
 #include "app/format.h"
 #include "app/loss_meter.h"
@@ -31,16 +33,46 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 struct EpochProgress {
   int64_t step = 0, bad_images = 0;
   double lr = 0;
+  bool stopped = false;
   pipeline::EpochTiming timing;
 };
+
+// Every rank's figures of the epoch, for rank 0's row: world size, global samples/s and the spread between
+// ranks (a straggler shows as a wide min-max).
+struct RankSpread {
+  int64_t world = 1;
+  double global_samples_per_s = NAN;
+  double samples_per_s_min = NAN, samples_per_s_max = NAN, wait_min = NAN, wait_max = NAN;
+  double idle_min = NAN, idle_max = NAN;
+};
+
+RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
+  const std::vector<double> all = dist.all_gather({t.samples_per_s, t.wait_ms.mean, t.gpu_idle});
+  RankSpread s;
+  s.world = dist.world();
+  s.global_samples_per_s = 0;
+  s.samples_per_s_min = s.wait_min = s.idle_min = INFINITY;
+  s.samples_per_s_max = s.wait_max = s.idle_max = -INFINITY;
+  for (size_t r = 0; r < all.size(); r += 3) {
+    s.global_samples_per_s += all[r];
+    s.samples_per_s_min = std::min(s.samples_per_s_min, all[r]);
+    s.samples_per_s_max = std::max(s.samples_per_s_max, all[r]);
+    s.wait_min = std::min(s.wait_min, all[r + 1]);
+    s.wait_max = std::max(s.wait_max, all[r + 1]);
+    s.idle_min = std::min(s.idle_min, all[r + 2]);  // NaN on the CPU stays NaN in JSON below
+    s.idle_max = std::max(s.idle_max, all[r + 2]);
+  }
+  if (std::isnan(t.gpu_idle)) s.idle_min = s.idle_max = NAN;
+  return s;
+}
 
 // One run's moving parts, so that the epoch loop reads as the recipe: train an epoch, evaluate, report, save.
 class Training {
  public:
-  Training(const Plan& plan, Datasets sets)
-      : plan_(plan), config_(plan.config), sets_(std::move(sets)),
+  Training(const Plan& plan, Datasets sets, Distributed& dist)
+      : plan_(plan), config_(plan.config), dist_(dist), sets_(std::move(sets)),
         train_feed_(sets_.train, plan.train_loader, plan.pipeline, plan.feeder),
-        runner_(plan, sets_.num_classes),
+        runner_(plan, sets_.num_classes, &dist),
         meter_(plan.compute_stream),
         losses_(plan.device, plan.compute_stream),
         progress_(config_.run.progress_interval_s) {
@@ -52,33 +84,56 @@ class Training {
                            : train_feed_.batches_per_epoch();
   }
 
-  // Restores a checkpoint; returns where to continue: (epoch, step in that epoch).
-  std::pair<int64_t, int64_t> resume(const Checkpoint& ck) {
-    restore_checkpoint(runner_, ck);
-    global_step_ = ck.global_step;
-    return {ck.epoch, ck.step_in_epoch};
+  // Restores a checkpoint (read by rank 0 alone: the others receive its state); returns where to continue:
+  // (epoch, step in that epoch).
+  std::pair<int64_t, int64_t> resume(const std::optional<Checkpoint>& ck) {
+    std::string position;
+    if (ck) {
+      if (ck->world_size != dist_.world()) {
+        throw ConfigError("--resume: the checkpoint was written by " + std::to_string(ck->world_size) +
+                          " rank(s), this run has " + std::to_string(dist_.world()) +
+                          ": each rank's shard and the step position would not match; resume with the same number "
+                          "of processes");
+      }
+      restore_checkpoint(runner_, *ck);
+      position = std::to_string(ck->epoch) + " " + std::to_string(ck->step_in_epoch) + " " +
+                 std::to_string(ck->global_step);
+    }
+    std::istringstream in(dist_.share("position", position));
+    int64_t epoch = 0, step = 0;
+    in >> epoch >> step >> global_step_;
+    runner_.broadcast_state();
+    return {epoch, step};
   }
 
-  void run(RunOutputs& out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
-    announce(result.run_dir);
+  // out: rank 0's outputs; null on the other ranks, which write nothing.
+  void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
+    if (dist_.is_main()) announce(result.run_dir);
     runner_.model()->train();
     for (int64_t epoch = start_epoch; epoch < config_.train.epochs; ++epoch) {
       const auto t0 = Clock::now();
       const EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
-      if (g_stop_requested) {
-        save(out, epoch, p.step);
-        log::warn("interrupted: saved " + out.path("last.pt") + " at epoch " + std::to_string(epoch + 1) + " step " +
-                  std::to_string(p.step) + "; continue with --resume " + out.path("last.pt"));
+      if (dist_.any(p.stopped || g_stop_requested)) {  // every rank leaves here together
+        runner_.average_buffers();
+        if (out) {
+          save(*out, epoch, p.step);
+          log::warn("interrupted: saved " + out->path("last.pt") + " at epoch " + std::to_string(epoch + 1) +
+                    " step " + std::to_string(p.step) + "; continue with --resume " + out->path("last.pt"));
+        }
         result.interrupted = true;
         return;
       }
-      EpochResult er{epoch + 1, losses_.mean(), NAN, NAN, NAN, p.timing.samples_per_s, 0};
-      if (val_feed_) std::tie(er.val_loss, er.val_top1, er.val_top5) = as_tuple(evaluate(runner_, *val_feed_));
+      runner_.average_buffers();  // each rank's BN statistics saw only its shard
+      EpochResult er{epoch + 1, train_loss(), NAN, NAN, NAN, p.timing.samples_per_s, 0};
+      if (val_feed_) std::tie(er.val_loss, er.val_top1, er.val_top5) = as_tuple(evaluate(runner_, *val_feed_, &dist_));
       er.epoch_seconds = seconds_since(t0);
       result.epochs.push_back(er);
-      report(out, er, p);
-      if (epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0) save(out, epoch + 1, 0);
-      if (g_stop_requested) {
+      const RankSpread ranks = spread(dist_, p.timing);
+      if (out) report(*out, er, p, ranks);
+      if (out && (epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0)) {
+        save(*out, epoch + 1, 0);
+      }
+      if (dist_.any(g_stop_requested)) {
         result.interrupted = true;
         return;
       }
@@ -97,42 +152,56 @@ class Training {
   }
 
   void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch) {
-    save_checkpoint(out.path("last.pt"), make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_));
+    save_checkpoint(out.path("last.pt"),
+                    make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, dist_.world()));
   }
 
-  EpochProgress train_epoch(RunOutputs& out, int64_t epoch, int64_t first) {
+  double train_loss() {  // the epoch's mean over every rank's steps
+    at::Tensor sum = losses_.sum().to(at::kDouble).reshape({1});
+    dist_.all_reduce_sum(sum);
+    const int64_t steps = losses_.count() * dist_.world();
+    return steps ? sum.item<double>() / steps : NAN;
+  }
+
+  EpochProgress train_epoch(RunOutputs* out, int64_t epoch, int64_t first) {
     StepLoopOptions loop;
     loop.epoch = epoch;
     loop.first_step = first;
     loop.end_step = steps_per_epoch_;
     loop.warmup_steps = std::min<int64_t>(plan_.warmup_steps, (steps_per_epoch_ - first) / 4);
     loop.max_steps_ahead = plan_.max_steps_ahead;
+    loop.dist = &dist_;
+    loop.device = plan_.device;
+    loop.stream = plan_.compute_stream;
     losses_.reset();
     EpochProgress p;
-    p.lr = learning_rate(config_.train, global_step_, steps_per_epoch_);
+    p.lr = learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
     const StepLoopResult r = run_steps(
         train_feed_, meter_, loop,
         [&](const pipeline::DeviceBatch& batch, int64_t) {
-          p.lr = learning_rate(config_.train, global_step_, steps_per_epoch_);
+          p.lr = learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
           losses_.add(runner_.train_step(batch.images, batch.labels, p.lr));
         },
         [&](const pipeline::DeviceBatch& batch, int64_t step) {
-          out.steps(epoch, meter_.take_resolved());
+          const auto records = meter_.take_resolved();
+          if (out) out->steps(epoch, records);
           ++global_step_;
           p.step = step + 1;
           p.bad_images += batch.bad_images;
           rate_samples += batch.size;
-          if (progress_.due()) {
+          if (dist_.is_main() && progress_.due()) {
             show_progress(epoch, p, rate_samples / seconds_since(rate_t0));
             rate_t0 = Clock::now();
             rate_samples = 0;
           }
         });
     p.step = r.next_step;
+    p.stopped = r.stopped;
     p.timing = r.timing;
-    out.steps(epoch, meter_.take_resolved(true));
+    const auto records = meter_.take_resolved(true);
+    if (out) out->steps(epoch, records);
     progress_.end();
     return p;
   }
@@ -146,7 +215,7 @@ class Training {
     progress_.show(line.str());
   }
 
-  void report(RunOutputs& out, const EpochResult& er, const EpochProgress& p) {
+  void report(RunOutputs& out, const EpochResult& er, const EpochProgress& p, const RankSpread& ranks) {
     const pipeline::EpochTiming& t = p.timing;
     out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"train_loss", num_or_null(er.train_loss)},
                {"val_loss", num_or_null(er.val_loss)}, {"val_top1", num_or_null(er.val_top1)},
@@ -158,7 +227,12 @@ class Training {
                {"compute_ms_mean", num_or_null(t.compute_ms.mean)}, {"gpu_idle", num_or_null(t.gpu_idle)},
                {"mode", train_feed_.mode()},
                {"pinned_mb", static_cast<double>(train_feed_.pinned_bytes()) / (1 << 20)}, {"host_rss_mb", host_rss_mb()},
-               {"workers", train_feed_.workers()}, {"bad_images", p.bad_images}});
+               {"workers", train_feed_.workers()}, {"bad_images", p.bad_images}, {"world_size", ranks.world},
+               {"global_samples_per_s", num_or_null(ranks.global_samples_per_s)},
+               {"samples_per_s_min", num_or_null(ranks.samples_per_s_min)},
+               {"samples_per_s_max", num_or_null(ranks.samples_per_s_max)},
+               {"wait_ms_mean_min", num_or_null(ranks.wait_min)}, {"wait_ms_mean_max", num_or_null(ranks.wait_max)},
+               {"gpu_idle_min", num_or_null(ranks.idle_min)}, {"gpu_idle_max", num_or_null(ranks.idle_max)}});
     std::ostringstream line;
     line.precision(4);
     line << "epoch " << er.epoch << "/" << config_.train.epochs << ": train_loss " << er.train_loss << " val_loss "
@@ -170,11 +244,20 @@ class Training {
          << " | mode " << train_feed_.mode() << ", pinned " << train_feed_.pinned_bytes() / (1 << 20) << " MB, RSS "
          << static_cast<int64_t>(host_rss_mb()) << " MB"
          << (p.bad_images ? ", bad images " + std::to_string(p.bad_images) : "");
+    if (ranks.world > 1) {
+      line << " | " << ranks.world << " ranks: " << static_cast<int64_t>(ranks.global_samples_per_s)
+           << " samples/s in all, per rank " << static_cast<int64_t>(ranks.samples_per_s_min) << "-"
+           << static_cast<int64_t>(ranks.samples_per_s_max) << ", wait ms " << fmt_ms(ranks.wait_min) << "-"
+           << fmt_ms(ranks.wait_max) << ", GPU idle "
+           << (std::isnan(ranks.idle_max) ? std::string("n/a")
+                                          : fmt_ms(100 * ranks.idle_min) + "-" + fmt_ms(100 * ranks.idle_max) + "%");
+    }
     log::info(line.str());
   }
 
   const Plan& plan_;
   const Config& config_;
+  Distributed& dist_;
   Datasets sets_;
   pipeline::Feeder train_feed_;
   std::unique_ptr<pipeline::Feeder> val_feed_;
@@ -189,22 +272,36 @@ class Training {
 }  // namespace
 
 TrainResult train(const Plan& plan, const TrainArgs& args) {
-  configure_backend(plan);
-  Training training(plan, open_datasets(plan, plan.config.train.eval));
-  TrainResult result;
-  int64_t start_epoch = 0, start_step = 0;
-  if (!args.resume.empty()) {
-    const std::string checkpoint = resume_path(plan.config, args.resume);
-    std::tie(start_epoch, start_step) = training.resume(load_checkpoint(checkpoint));
-    result.run_dir = std::filesystem::path(checkpoint).parent_path().string();
-    log::info("resuming from " + checkpoint + " at epoch " + std::to_string(start_epoch + 1) + ", step " +
-              std::to_string(start_step));
-  } else {
-    result.run_dir = make_run_dir(plan.config.run.dir, plan.config.run.name);
-  }
-  RunOutputs out(plan.config, result.run_dir);
-  training.run(out, start_epoch, start_step, result);
-  return result;
+  Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
+  return dist.guard([&] {
+    dist.agree("config", to_toml(plan.config), "config");
+    configure_backend(plan);
+    Training training(plan, open_datasets(plan, plan.config.train.eval), dist);
+    TrainResult result;
+    result.main_rank = dist.is_main();
+    int64_t start_epoch = 0, start_step = 0;
+    std::optional<RunOutputs> out;
+    if (!args.resume.empty()) {
+      // Rank 0 reads the checkpoint; the other ranks get its state by broadcast (no shared disk needed).
+      std::optional<Checkpoint> checkpoint;
+      std::string path;
+      if (dist.is_main()) {
+        path = resume_path(plan.config, args.resume);
+        checkpoint = load_checkpoint(path);
+      }
+      std::tie(start_epoch, start_step) = training.resume(checkpoint);
+      result.run_dir = dist.share("run_dir", std::filesystem::path(path).parent_path().string());
+      if (dist.is_main()) {
+        log::info("resuming from " + path + " at epoch " + std::to_string(start_epoch + 1) + ", step " +
+                  std::to_string(start_step));
+      }
+    } else {
+      result.run_dir = dist.share("run_dir", dist.is_main() ? make_run_dir(plan.config.run.dir, plan.config.run.name) : "");
+    }
+    if (dist.is_main()) out.emplace(plan.config, result.run_dir);
+    training.run(out ? &*out : nullptr, start_epoch, start_step, result);
+    return result;
+  });
 }
 
 }  // namespace pinfeed::app

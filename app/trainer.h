@@ -25,6 +25,7 @@ struct TrainResult {
   std::string run_dir;
   std::vector<EpochResult> epochs;
   bool interrupted = false;
+  bool main_rank = true;  // rank 0 (or a single process): the one that reports
 };
 
 // Runs the whole training; throws ConfigError, DataError, OutputError.

@@ -12,4 +12,7 @@ void error(const std::string& message);
 // A progress line that redraws in place on a terminal: the next info/warn/error first ends it.
 void status(const std::string& line, bool redraw);
 
+// In a data-parallel run every line starts with "[rank R] ", so a line names the process that wrote it.
+void set_rank(int rank, int world);
+
 }  // namespace pinfeed::log

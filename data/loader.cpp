@@ -12,6 +12,7 @@
 
 #include "data/error.h"
 #include "data/sample_rng.h"
+#include "data/shard.h"
 
 namespace pinfeed::data {
 
@@ -19,8 +20,8 @@ namespace pinfeed::data {
 // the dual_stream copier and the driver. On the H200 host (16 cores) 13 workers instead of 15 kept an eager
 // bf16 step at the GPU's rate (dual_stream 2807 against 2496 images/s, median of the GPU-resident ceiling 2606)
 // while still decoding 6,300 images/s, 1.3x the fastest step measured (docs/results/h200.md).
-int default_workers() {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+int default_workers(int processes) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, processes);
   if (cores > 4) return cores - 3;
   return cores > 1 ? cores - 1 : 1;
 }
@@ -30,9 +31,13 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, Ba
   if (options_.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1");
   if (options_.prefetch_batches < 1) throw std::invalid_argument("prefetch_batches must be >= 1");
   if (dataset_->size() == 0) throw DataError("dataset " + dataset_->folder().root + " is empty");
-  if (batches_per_epoch() == 0) {
+  if (options_.shards < 1 || options_.shard_rank < 0 || options_.shard_rank >= options_.shards) {
+    throw std::invalid_argument("shard_rank must be in [0, shards)");
+  }
+  if (batches_per_epoch() == 0 && (options_.drop_last || options_.shards == 1)) {
     throw DataError("dataset " + dataset_->folder().root + " has " + std::to_string(dataset_->size()) +
-                    " samples, fewer than one batch of " + std::to_string(options_.batch_size));
+                    " samples, fewer than one batch of " + std::to_string(options_.batch_size) +
+                    (options_.shards > 1 ? " on each of " + std::to_string(options_.shards) + " ranks" : ""));
   }
   // One sample per worker thread at a time: OpenCV's own thread pool inside resize/decode would only
   // oversubscribe the cores the workers already fill.
@@ -53,8 +58,15 @@ Loader::~Loader() {
 }
 
 int64_t Loader::batches_per_epoch() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = samples_per_epoch(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+int64_t Loader::samples_per_epoch() const {
+  const int64_t n = dataset_->size(), b = options_.batch_size, global = b * options_.shards;
+  const int64_t whole = n / global * b;  // from the whole global batches (data/shard.h)
+  if (options_.drop_last) return whole;
+  return whole + std::clamp<int64_t>(n % global - options_.shard_rank * b, 0, b);
 }
 
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
@@ -67,6 +79,7 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
     SampleRng rng(stream_seed(options_.seed, static_cast<uint64_t>(epoch), 0, 0x5EED));
     for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i) std::swap(order_[i], order_[rng.below(i + 1)]);
   }
+  if (options_.shards > 1) order_ = shard_of(order_, options_.batch_size, options_.shard_rank, options_.shards, options_.drop_last);
   end_batch_ = batches_per_epoch();
   next_to_open_ = std::clamp<int64_t>(first_batch, 0, end_batch_);
   fill_window_locked();
@@ -83,7 +96,7 @@ bool Loader::open_batch_locked(int slot) {
   auto p = std::make_unique<Pending>();
   const int64_t b = next_to_open_++;
   const int64_t begin = b * options_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + options_.batch_size, dataset_->size());
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order_.size()));
   p->batch.index = b;
   p->batch.size = end - begin;
   p->batch.slot = slot;

@@ -25,9 +25,11 @@ struct LoaderOptions {
   bool drop_last = true;     // drop a final partial batch
   uint64_t seed = 0;
   int worker_nice = 5;  // Linux nice of worker threads, so the training thread wins a contended core
+  int shard_rank = 0, shards = 1;  // data-parallel: this rank's share of each epoch (data/shard.h)
 };
 
-int default_workers();
+// Decode threads for one of `processes` ranks sharing this host's cores.
+int default_workers(int processes = 1);
 
 struct Batch {
   int64_t index = -1;  // position within the epoch
@@ -46,7 +48,8 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  int64_t batches_per_epoch() const;
+  int64_t batches_per_epoch() const;  // this rank's
+  int64_t samples_per_epoch() const;  // this rank's
   int workers() const { return static_cast<int>(threads_.size()); }
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }

@@ -31,3 +31,12 @@ at::Tensor pinned_empty(const std::vector<int64_t>&, c10::ScalarType) { no_cuda(
 DeviceInfo device_info(int) { no_cuda(); }
 
 }  // namespace pinfeed::gpu
+
+#include "pipeline/nccl.h"
+
+namespace pinfeed::pipeline {
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int, int,
+                                                    std::chrono::milliseconds) {
+  throw std::runtime_error("pinfeed was built against a LibTorch without CUDA: no NCCL");
+}
+}  // namespace pinfeed::pipeline
