@@ -238,7 +238,7 @@ std::string Distributed::agree(const std::string& key, const std::string& value,
     if (!more_a && !more_b) break;
     if (!more_a || !more_b || la != lb) break;
   }
-  throw ConfigError("rank " + std::to_string(env_.rank) + "'s " + what + " differs from rank 0's at line " +
+  throw ConfigError("this rank's " + what + " differs from rank 0's at line " +
                     std::to_string(line) + ": rank 0 has '" + la + "', this rank has '" + lb +
                     "' (every rank must run the same command)");
 }

@@ -19,7 +19,7 @@ EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distribut
   const at::Tensor s = sums.cpu();
   const double n = s[3].item<double>();
   if (n == 0) return {};
-  return {s[0].item<double>() / n, s[1].item<double>() / n, s[2].item<double>() / n};
+  return {s[0].item<double>() / n, s[1].item<double>() / n, s[2].item<double>() / n, static_cast<int64_t>(n)};
 }
 
 }  // namespace pinfeed::app

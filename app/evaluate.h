@@ -11,6 +11,7 @@ namespace pinfeed::app {
 
 struct EvalResult {
   double loss = NAN, top1 = NAN, top5 = NAN;
+  int64_t samples = 0;  // over every rank
 };
 
 // Several ranks: each evaluates its shard (every sample exactly once across ranks) and the sums are

@@ -53,6 +53,10 @@ int run(int argc, char** argv) {
   train->add_option("--mode", mode, "transfer mode preset: " + pipeline::preset_names());
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
   train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name)");
+  int64_t stop_after_steps = 0;
+  train->add_option("--stop-after-steps", stop_after_steps, "stop as on Ctrl-C after N steps (tests)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->group("");  // hidden
   train->add_option("overrides", overrides, "section.key=value, TOML value syntax (e.g. train.lr=0.2 data.root=\"/x\")");
 
   auto* gen = cli.add_subcommand("gen-data", "write a learnable synthetic ImageFolder of JPEG files");
@@ -100,7 +104,7 @@ int run(int argc, char** argv) {
 
   app::install_signal_handlers();
   const app::Config config = app::load_config(config_path, with_cli_overrides(overrides, mode, device));
-  const app::TrainResult result = app::train(app::resolve_plan(config, app::dist_env_from_environment()), {resume});
+  const app::TrainResult result = app::train(app::resolve_plan(config, app::dist_env_from_environment()), {resume, stop_after_steps});
   if (result.interrupted) return app::kExitInterrupted;
   if (result.main_rank && !result.epochs.empty()) {
     const auto& e = result.epochs.back();

@@ -69,13 +69,13 @@ RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
 // One run's moving parts, so that the epoch loop reads as the recipe: train an epoch, evaluate, report, save.
 class Training {
  public:
-  Training(const Plan& plan, Datasets sets, Distributed& dist)
+  Training(const Plan& plan, Datasets sets, Distributed& dist, int64_t stop_after_steps)
       : plan_(plan), config_(plan.config), dist_(dist), sets_(std::move(sets)),
         train_feed_(sets_.train, plan.train_loader, plan.pipeline, plan.feeder),
         runner_(plan, sets_.num_classes, &dist),
         meter_(plan.compute_stream),
         losses_(plan.device, plan.compute_stream),
-        progress_(config_.run.progress_interval_s) {
+        progress_(config_.run.progress_interval_s), stop_after_steps_(stop_after_steps) {
     if (sets_.val) {
       val_feed_ = std::make_unique<pipeline::Feeder>(sets_.val, plan.val_loader, plan.pipeline, plan.feeder);
     }
@@ -188,6 +188,7 @@ class Training {
           const auto records = meter_.take_resolved();
           if (out) out->steps(epoch, records);
           ++global_step_;
+          if (++steps_here_ == stop_after_steps_) g_stop_requested = true;
           p.step = step + 1;
           p.bad_images += batch.bad_images;
           rate_samples += batch.size;
@@ -267,6 +268,8 @@ class Training {
   Progress progress_;
   int64_t steps_per_epoch_ = 0;
   int64_t global_step_ = 0;
+  int64_t stop_after_steps_ = 0;  // TrainArgs::stop_after_steps
+  int64_t steps_here_ = 0;        // steps this process has run
 };
 
 }  // namespace
@@ -276,7 +279,7 @@ TrainResult train(const Plan& plan, const TrainArgs& args) {
   return dist.guard([&] {
     dist.agree("config", to_toml(plan.config), "config");
     configure_backend(plan);
-    Training training(plan, open_datasets(plan, plan.config.train.eval), dist);
+    Training training(plan, open_datasets(plan, plan.config.train.eval), dist, args.stop_after_steps);
     TrainResult result;
     result.main_rank = dist.is_main();
     int64_t start_epoch = 0, start_step = 0;

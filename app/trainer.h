@@ -13,6 +13,7 @@ namespace pinfeed::app {
 
 struct TrainArgs {
   std::string resume;  // "", a checkpoint path, or "last"
+  int64_t stop_after_steps = 0;  // > 0: behave as if Ctrl-C came after this many steps of this process (tests)
 };
 
 struct EpochResult {

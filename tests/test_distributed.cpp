@@ -1,0 +1,326 @@
+// Data-parallel training across processes: 2 ranks on the CPU through Gloo (CI), and through NCCL where 2 GPUs
+// are at hand (label gpu). Every rank is a fresh process: this binary started again with PINFEED_TEST_RANK_MAIN
+// naming the rank's part below, or the pinfeed executable itself, with the variables torchrun would set.
+#include <gtest/gtest.h>
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/relu.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "app/checkpoint.h"
+#include "app/distributed.h"
+#include "app/evaluate.h"
+#include "app/grad_sync.h"
+#include "app/plan.h"
+#include "app/sgd.h"
+#include "app/step_runner.h"
+#include "data/shard.h"
+#include "rank_process.h"
+#include "test_util.h"
+
+namespace pinfeed::app {
+namespace {
+namespace fs = std::filesystem;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+// A small MLP without batch statistics, so N ranks of batch B must step exactly as 1 rank of batch N*B.
+struct Mlp {
+  std::vector<at::Tensor> params;  // w1 (16, 8), b1 (16), w2 (4, 16), b2 (4)
+  explicit Mlp(c10::Device device) {
+    at::manual_seed(7);
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{16, 8}, {16}, {4, 16}, {4}}) {
+      params.push_back((at::randn(shape) * 0.3).to(device).set_requires_grad(true));
+    }
+  }
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& y) const {
+    const at::Tensor h = at::relu(at::linear(x, params[0], params[1]));
+    return at::cross_entropy_loss(at::linear(h, params[2], params[3]), y);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> named() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (size_t i = 0; i < params.size(); ++i) out.emplace_back("p" + std::to_string(i), params[i]);
+    return out;
+  }
+};
+
+constexpr int kSteps = 6, kBatch = 5;
+
+// The global batch of a step: 2 * kBatch samples, the same on every process.
+std::pair<at::Tensor, at::Tensor> global_batch(int step, c10::Device device) {
+  at::manual_seed(1000 + step);
+  const at::Tensor x = at::randn({2 * kBatch, 8});
+  const at::Tensor y = at::randint(4, {2 * kBatch}, at::TensorOptions().dtype(at::kLong));
+  return {x.to(device), y.to(device)};
+}
+
+at::Tensor flat(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> parts;
+  for (const auto& t : ts) parts.push_back(t.detach().cpu().reshape(-1));
+  return at::cat(parts);
+}
+
+void write_tensor(const std::string& path, const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  std::ofstream(path, std::ios::binary).write(static_cast<const char*>(c.data_ptr()), c.nbytes());
+}
+
+at::Tensor read_floats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size() / 4)}, at::kFloat);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+// Rank part: kSteps SGD steps of the MLP on this rank's half of each global batch, gradients averaged by
+// GradSync (small buckets, so there are several); writes the final parameters to OUT/rank<r>.bin.
+int rank_grad_sync() {
+  const DistEnv env = dist_env_from_environment();
+  const std::string backend = env_or("PINFEED_TEST_BACKEND", "gloo");
+  const c10::Device device = backend == "nccl" ? c10::Device(c10::kCUDA, env.local_rank) : c10::Device(c10::kCPU);
+  Distributed dist(env, device, backend, std::chrono::seconds(20));
+  Mlp mlp(device);
+  dist.broadcast(mlp.params);
+  GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, env_or("PINFEED_TEST_OVERLAP", "1") == "1");
+  Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+  const int die_after = std::atoi(env_or("PINFEED_TEST_DIE_AFTER", "0").c_str());
+  for (int step = 0; step < kSteps; ++step) {
+    if (die_after > 0 && env.rank == 1 && step == die_after) std::_Exit(9);  // as if killed
+    const auto [x, y] = global_batch(step, device);
+    sgd.zero_grad();
+    mlp.loss(x.narrow(0, env.rank * kBatch, kBatch), y.narrow(0, env.rank * kBatch, kBatch)).backward();
+    sync.finish_step();
+    sgd.step(0.1);
+  }
+  write_tensor(env_or("PINFEED_TEST_OUT", ".") + "/rank" + std::to_string(env.rank) + ".bin", flat(mlp.params));
+  return 0;
+}
+
+// Rank part: distributed validation of an untrained ResNet over PINFEED_TEST_DATA's val split; writes
+// "samples top1" to OUT/eval<r>.txt.
+int rank_eval() {
+  const DistEnv env = dist_env_from_environment();
+  const Config config = parse_config_string("[data]\nimage_size = 32\nworkers = 1\n[train]\ndevice = \"cpu\"\n"
+                                            "batch_size = 5\nprecision = \"fp32\"\n",
+                                            "eval.toml", {"data.root=\"" + env_or("PINFEED_TEST_DATA", "") + "\""});
+  const Plan plan = resolve_plan(config, env);
+  Distributed dist(env, plan.device, plan.dist_backend, std::chrono::seconds(20));
+  auto val = std::make_shared<data::Dataset>(data::scan_image_folder(plan.data_root, "val"), plan.transform, false,
+                                             plan.on_bad_image);
+  StepRunner runner(plan, 3, &dist);
+  pipeline::Feeder feed(val, plan.val_loader, plan.pipeline, plan.feeder);
+  const EvalResult r = evaluate(runner, feed, &dist);
+  std::ofstream(env_or("PINFEED_TEST_OUT", ".") + "/eval" + std::to_string(env.rank) + ".txt")
+      << r.samples << " " << r.top1 << "\n";
+  return 0;
+}
+
+std::vector<std::string> rank_env(const std::string& part, const std::string& out,
+                                  std::vector<std::string> more = {}) {
+  more.push_back("PINFEED_TEST_RANK_MAIN=" + part);
+  more.push_back("PINFEED_TEST_OUT=" + out);
+  return more;
+}
+
+std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void expect_two_ranks_match_one_rank_of_twice_the_batch(const std::string& backend, bool overlap) {
+  const std::string out = test::fresh_dir("dp_sync_" + backend + (overlap ? "1" : "0"));
+  const auto exits = test::run_ranks(2, {self_exe()}, 120,
+                                     rank_env("grad_sync", out, {"PINFEED_TEST_BACKEND=" + backend,
+                                                                  std::string("PINFEED_TEST_OVERLAP=") + (overlap ? "1" : "0")}),
+                                     out + "/rank");
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(exits[r].code, 0) << read_text(out + "/rank" + std::to_string(r) + ".log");
+  const at::Tensor rank0 = read_floats(out + "/rank0.bin"), rank1 = read_floats(out + "/rank1.bin");
+  EXPECT_TRUE(rank0.equal(rank1)) << "ranks disagree by " << (rank0 - rank1).abs().max().item<double>();
+
+  // One process, the whole global batch, no synchronisation.
+  Mlp mlp(c10::Device(c10::kCPU));
+  Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+  for (int step = 0; step < kSteps; ++step) {
+    const auto [x, y] = global_batch(step, c10::Device(c10::kCPU));
+    sgd.zero_grad();
+    mlp.loss(x, y).backward();
+    sgd.step(0.1);
+  }
+  const at::Tensor single = flat(mlp.params);
+  ASSERT_EQ(single.numel(), rank0.numel());
+  EXPECT_TRUE(at::allclose(rank0, single, 1e-5, 1e-6)) << "max difference " << (rank0 - single).abs().max().item<double>();
+  EXPECT_FALSE(at::allclose(rank0, flat(Mlp(c10::Device(c10::kCPU)).params))) << "the weights did not move";
+}
+
+TEST(DataParallel, TwoRanksOfBatchBEndWithTheWeightsOfOneRankOfBatch2B) {
+  expect_two_ranks_match_one_rank_of_twice_the_batch("gloo", /*overlap=*/true);
+}
+
+TEST(DataParallel, WithoutOverlapTheAverageIsTheSame) {
+  expect_two_ranks_match_one_rank_of_twice_the_batch("gloo", /*overlap=*/false);
+}
+
+TEST(DataParallel, NcclOnTwoGpusMatchesOneRankOfBatch2B) {
+  if (!gpu::available() || torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  expect_two_ranks_match_one_rank_of_twice_the_batch("nccl", /*overlap=*/true);
+}
+
+TEST(DataParallel, ShardsAreDisjointAndCoverTheEpoch) {
+  for (int64_t n : {1, 7, 40, 41, 99}) {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::reverse(order.begin(), order.end());
+    for (int ranks : {1, 2, 3}) {
+      for (int64_t batch : {1, 4}) {
+        for (bool drop_last : {true, false}) {
+          std::multiset<int64_t> seen;
+          size_t first_size = 0;
+          for (int r = 0; r < ranks; ++r) {
+            const auto mine = data::shard_of(order, batch, r, ranks, drop_last);
+            if (r == 0) first_size = mine.size();
+            if (drop_last) {
+              EXPECT_EQ(mine.size(), first_size) << "equal steps on every rank";
+            }
+            seen.insert(mine.begin(), mine.end());
+          }
+          const int64_t expect = drop_last ? n / (batch * ranks) * batch * ranks : n;
+          EXPECT_EQ(static_cast<int64_t>(seen.size()), expect) << n << " " << ranks << " " << batch;
+          EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a sample twice";
+        }
+      }
+    }
+  }
+  // Rank r's k-th batch is the r-th part of global batch k: N ranks of B see what 1 rank of N*B sees.
+  std::vector<int64_t> order(20);
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_EQ(data::shard_of(order, 2, 1, 2, true), (std::vector<int64_t>{2, 3, 6, 7, 10, 11, 14, 15, 18, 19}));
+}
+
+TEST(DataParallel, DistributedEvalCountsEverySampleOnce) {
+  // 3 classes x 4 val images = 12, batch 5 on 2 ranks: rank 0 evaluates 7, rank 1 5.
+  const std::string root = test::make_dataset("dp_eval", 3, 2, 4, 32);
+  const std::string out = test::fresh_dir("dp_eval_out");
+  const auto exits = test::run_ranks(2, {self_exe()}, 120, rank_env("eval", out, {"PINFEED_TEST_DATA=" + root}),
+                                     out + "/rank");
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(exits[r].code, 0) << read_text(out + "/rank" + std::to_string(r) + ".log");
+  EXPECT_EQ(read_text(out + "/eval0.txt"), read_text(out + "/eval1.txt"));
+  EXPECT_EQ(read_text(out + "/eval0.txt").substr(0, 3), "12 ");
+}
+
+TEST(DataParallel, ARankThatDiesEndsTheOtherNonZeroInBoundedTime) {
+  const std::string out = test::fresh_dir("dp_die");
+  const auto exits = test::run_ranks(2, {self_exe()}, 90, rank_env("grad_sync", out, {"PINFEED_TEST_DIE_AFTER=2"}),
+                                     out + "/rank");
+  EXPECT_EQ(exits[1].code, 9);
+  EXPECT_NE(exits[0].code, 0) << read_text(out + "/rank0.log");
+  EXPECT_NE(exits[0].code, 137) << "rank 0 hung until the test killed it";
+}
+
+// The pinfeed executable, as torchrun would start it.
+std::string tiny_config(const std::string& dir, const std::string& root) {
+  const std::string path = dir + "/tiny.toml";
+  std::ofstream(path) << "[data]\nroot = \"" << root << "\"\nimage_size = 32\nworkers = 1\n"
+                      << "[train]\nepochs = 2\nbatch_size = 4\nlr = 0.05\nprecision = \"fp32\"\ndevice = \"cpu\"\n"
+                      << "[pipeline]\nwarmup_steps = 1\n[dist]\ntimeout_s = 30\n[run]\ndir = \"" << dir << "/runs\"\n";
+  return path;
+}
+
+TEST(DataParallel, AConfigThatDiffersBetweenRanksIsRefusedNamingTheRankAndTheOtherStops) {
+  const std::string root = test::make_dataset("dp_cfg", 2, 8, 2, 32);
+  const std::string dir = test::fresh_dir("dp_cfg_runs");
+  const std::string config = tiny_config(dir, root);
+  // Rank 1 runs with another seed.
+  const auto exits = test::run_ranks(
+      2, {"/bin/sh", "-c", std::string("exec ") + PINFEED_EXE + " train -c " + config + " train.seed=$RANK"}, 90, {},
+      dir + "/rank");
+  const std::string log1 = read_text(dir + "/rank1.log");
+  EXPECT_EQ(exits[1].code, 2) << log1;
+  EXPECT_NE(log1.find("[rank 1] error: this rank's config differs from rank 0's"), std::string::npos) << log1;
+  EXPECT_NE(log1.find("seed"), std::string::npos) << log1;
+  EXPECT_NE(exits[0].code, 0);
+  EXPECT_NE(exits[0].code, 137) << "rank 0 hung until the test killed it";
+  EXPECT_NE(read_text(dir + "/rank0.log").find("rank 1"), std::string::npos) << read_text(dir + "/rank0.log");
+}
+
+std::map<std::string, at::Tensor> all_state(const std::string& checkpoint) {
+  const Checkpoint ck = load_checkpoint(checkpoint);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [k, v] : ck.model) out["model." + k] = v;
+  for (const auto& [k, v] : ck.optimizer) out["momentum." + k] = v;
+  return out;
+}
+
+TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
+  const std::string root = test::make_dataset("dp_resume", 2, 40, 2, 32);  // 80 images: 10 steps of 2 x 4
+  const std::string dir = test::fresh_dir("dp_resume_runs");
+  const std::string config = tiny_config(dir, root);
+  const std::string exe = PINFEED_EXE;
+  auto run = [&](const std::string& name, const std::vector<std::string>& more) {
+    std::vector<std::string> argv{exe, "train", "-c", config, "run.name=\"" + name + "\""};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return test::run_ranks(2, argv, 300, {}, dir + "/" + name + "_rank");
+  };
+  for (const auto& e : run("whole", {})) ASSERT_EQ(e.code, 0) << read_text(dir + "/whole_rank0.log");
+  // Stop after 3 steps: the ranks agree at their next vote and save mid-epoch.
+  const auto stopped = run("split", {"--stop-after-steps", "3"});
+  for (const auto& e : stopped) ASSERT_EQ(e.code, 130) << read_text(dir + "/split_rank0.log");
+  for (const auto& e : run("split", {"--resume", "last"})) ASSERT_EQ(e.code, 0) << read_text(dir + "/split_rank0.log");
+
+  auto last = [&](const std::string& name) {
+    for (const auto& d : fs::directory_iterator(dir + "/runs")) {
+      const std::string n = d.path().filename().string();
+      if (n.size() > name.size() && n.compare(n.size() - name.size(), name.size(), name) == 0) {
+        return (d.path() / "last.pt").string();
+      }
+    }
+    return std::string();
+  };
+  const auto whole = all_state(last("-whole")), split = all_state(last("-split"));
+  ASSERT_EQ(whole.size(), split.size());
+  for (const auto& [name, t] : whole) {
+    const at::Tensor& u = split.at(name);
+    if (name.find("running_") != std::string::npos) {
+      // BN statistics are averaged across ranks at the interruption too: equal up to rounding.
+      EXPECT_TRUE(at::allclose(t, u, 1e-5, 1e-6)) << name;
+    } else {
+      EXPECT_TRUE(t.equal(u)) << name << " differs by " << (t - u).abs().max().item<double>();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pinfeed::app
+
+int main(int argc, char** argv) {
+  const char* part = std::getenv("PINFEED_TEST_RANK_MAIN");
+  if (part) {
+    try {
+      if (std::string(part) == "grad_sync") return pinfeed::app::rank_grad_sync();
+      if (std::string(part) == "eval") return pinfeed::app::rank_eval();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank failed: %s\n", e.what());
+      return 1;
+    }
+    return 64;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
