@@ -148,7 +148,11 @@ class Training {
               std::to_string(sets_.num_classes) + " classes, device " + plan_.device.str() + ", mode " +
               train_feed_.mode() + " (transfer " + config_.pipeline.transfer_dtype + "), " +
               std::to_string(train_feed_.workers()) + " workers, " + std::to_string(steps_per_epoch_) +
-              " steps/epoch, precision " + config_.train.precision + (runner_.graphed() ? ", CUDA graph" : ""));
+              " steps/epoch, precision " + config_.train.precision + (runner_.graphed() ? ", CUDA graph" : "") +
+              (dist_.active() ? ", " + std::to_string(dist_.world()) + " ranks (global batch " +
+                                    std::to_string(config_.train.batch_size * dist_.world()) + ")"
+                              : "") +
+              ", peak lr " + fmt_ms(plan_.schedule.lr));
   }
 
   void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch) {
