@@ -27,8 +27,11 @@ std::string getenv_or(const char* name, const std::string& fallback = "") {
 }
 
 int env_int(const char* name, int fallback, int lo, int hi) {
-  const std::string v = getenv_or(name);
+  std::string v = getenv_or(name);
   if (v.empty()) return fallback;
+  // Slurm writes SLURM_NTASKS_PER_NODE as "4", or "4(x2),3" for uneven nodes: the leading count is taken
+  // (it sizes the decode threads per rank).
+  if (std::string(name) == "SLURM_NTASKS_PER_NODE") v = v.substr(0, v.find_first_not_of("0123456789"));
   try {
     size_t used = 0;
     const long n = std::stol(v, &used);
