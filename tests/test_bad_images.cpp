@@ -25,17 +25,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-cv::Mat noise_image(int w, int h) {
-  cv::Mat m(h, w, CV_8UC3);
-  cv::randu(m, 0, 255);
-  return m;
-}
 
-Bytes encode(const cv::Mat& img, const std::string& ext, const std::vector<int>& params = {}) {
-  Bytes bytes;
-  cv::imencode(ext, img, bytes, params);
-  return bytes;
-}
 
 // libjpeg directly, for what OpenCV 4.6 cannot write: CMYK and 4:4:4 chroma sampling.
 Bytes encode_libjpeg(const cv::Mat& bgr, bool cmyk) {
@@ -93,7 +83,7 @@ Bytes damage_entropy(Bytes jpg, size_t at, size_t count, uint8_t mask) {
 // Portrait and high-entropy, so the entropy data is spread evenly over the rows and the bottom tenth of it lies
 // well below the val crop (rows 144..368 of 512) and below most train crops.
 const Bytes& base_jpeg() {
-  static const Bytes jpg = encode(noise_image(256, 512), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 90});
+  static const Bytes jpg = test::encode(test::noise_image(256, 512), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 90});
   return jpg;
 }
 
@@ -128,7 +118,7 @@ std::vector<Case> corrupt_files() {
 
 // A JPEG header claiming 30000x30000 in front of a tiny body: ~1 KB that would cost 2.7 GB to decode.
 Bytes jpeg_bomb() {
-  Bytes b = encode(noise_image(16, 16), ".jpg");
+  Bytes b = test::encode(test::noise_image(16, 16), ".jpg");
   for (size_t i = 2; i + 8 < b.size(); ++i) {
     if (b[i] == 0xFF && b[i + 1] == 0xC0) {  // SOF0: FF C0 len(2) precision(1) height(2) width(2)
       b[i + 5] = b[i + 7] = 30000 >> 8;
@@ -223,7 +213,7 @@ TEST(BadImages, BombWhoseHeaderThePeekCannotReadIsRefusedByLibjpeg) {
 }
 
 TEST(BadImages, PngBombIsRefusedBeforeDecoding) {
-  Bytes png = encode(noise_image(16, 16), ".png");
+  Bytes png = test::encode(test::noise_image(16, 16), ".png");
   for (int at : {16, 20}) {  // IHDR width, height: big-endian 30000
     png[at] = 0, png[at + 1] = 0, png[at + 2] = 30000 >> 8, png[at + 3] = 30000 & 0xFF;
   }
@@ -233,7 +223,7 @@ TEST(BadImages, PngBombIsRefusedBeforeDecoding) {
 }
 
 TEST(BadImages, PixelLimitIsAnOptionAndZeroMeansNone) {
-  const Bytes jpg = encode(noise_image(100, 80), ".jpg");
+  const Bytes jpg = test::encode(test::noise_image(100, 80), ".jpg");
   TransformOptions o;
   o.size = 16;
   std::vector<float> out(3 * 16 * 16);
@@ -263,22 +253,22 @@ Bytes with_exif(Bytes jpg) {
 }
 
 std::vector<Case> unusual_valid_files() {
-  const cv::Mat img = noise_image(200, 150);
+  const cv::Mat img = test::noise_image(200, 150);
   cv::Mat gray;
   cv::cvtColor(img, gray, cv::COLOR_BGR2GRAY);
-  Bytes trailing = encode(img, ".jpg");
+  Bytes trailing = test::encode(img, ".jpg");
   trailing.insert(trailing.end(), 3000, 0x00);  // some writers append data after EOI; more than the old 1 KB window
   return {
-      {"baseline_420", encode(img, ".jpg")},
-      {"progressive", encode(img, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})},
-      {"grayscale", encode(gray, ".jpg")},
-      {"restart_markers", encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})},
+      {"baseline_420", test::encode(img, ".jpg")},
+      {"progressive", test::encode(img, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})},
+      {"grayscale", test::encode(gray, ".jpg")},
+      {"restart_markers", test::encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})},
       {"sampling_444", encode_libjpeg(img, false)},
       {"cmyk", encode_libjpeg(img, true)},
-      {"exif_orientation", with_exif(encode(img, ".jpg"))},
+      {"exif_orientation", with_exif(test::encode(img, ".jpg"))},
       {"bytes_after_eoi", trailing},
-      {"png", encode(img, ".png")},
-      {"grayscale_png", encode(gray, ".png")},
+      {"png", test::encode(img, ".png")},
+      {"grayscale_png", test::encode(gray, ".png")},
   };
 }
 
@@ -311,14 +301,12 @@ void write_file(const std::string& path, const Bytes& bytes) {
 TEST(BadImages, PngNamedJpgIsAcceptedFromDisk) {
   const std::string root = test::make_dataset("png_named_jpg", 1, 2, 1, 32);
   ImageFolder folder = scan_image_folder(root, "train");
-  write_file(folder.samples[0].path, encode(noise_image(40, 30), ".png"));
+  write_file(folder.samples[0].path, test::encode(test::noise_image(40, 30), ".png"));
   TransformOptions o;
   o.size = 16;
   Dataset ds(folder, o, true, BadImagePolicy::kFail);
-  std::vector<float> out(3 * 16 * 16);
-  int64_t label = -1;
-  DecodeScratch scratch;
-  EXPECT_EQ(ds.load(0, 0, 0, out.data(), &label, scratch), 0);
+  test::SampleReader reader(ds);
+  EXPECT_EQ(reader.load(0, 0, 0), 0);
   EXPECT_EQ(ds.distinct_bad_images(), 0);
 }
 
@@ -329,18 +317,16 @@ TEST(BadImages, SameBadFileLoadedManyTimesIsRecordedOnce) {
   TransformOptions o;
   o.size = 16;
   Dataset ds(folder, o, true, BadImagePolicy::kSkip);
-  std::vector<float> out(3 * 16 * 16);
-  int64_t label = -1;
-  DecodeScratch scratch;
+  test::SampleReader reader(ds);
   int bad_loads = 0;
-  for (int64_t epoch = 0; epoch < 5; ++epoch) bad_loads += ds.load(1, 0, epoch, out.data(), &label, scratch);
+  for (int64_t epoch = 0; epoch < 5; ++epoch) bad_loads += reader.load(1, 0, epoch);
   EXPECT_EQ(bad_loads, 5);
   EXPECT_EQ(ds.distinct_bad_images(), 1);
   const std::vector<BadImage> taken = ds.take_new_bad_images();
   ASSERT_EQ(taken.size(), 1u);
   EXPECT_EQ(taken[0].path, folder.samples[1].path);
   EXPECT_NE(taken[0].reason.find("max_image_pixels"), std::string::npos) << taken[0].reason;
-  ds.load(1, 0, 5, out.data(), &label, scratch);
+  reader.load(1, 0, 5);
   EXPECT_TRUE(ds.take_new_bad_images().empty());  // already taken, not found anew
   EXPECT_EQ(ds.distinct_bad_images(), 1);
 }
@@ -357,16 +343,14 @@ TEST(BadImages, BadReplacementsAreRecordedOnceEach) {
   TransformOptions o;
   o.size = 16;
   Dataset ds(folder, o, true, BadImagePolicy::kSkip);
-  std::vector<float> out(3 * 16 * 16);
-  int64_t label = -1;
-  DecodeScratch scratch;
+  test::SampleReader reader(ds);
   int bad_loads = 0, most_in_one_load = 0;
   for (uint64_t seed = 0; seed < 10; ++seed) {
     for (int64_t i = 0; i < 4; ++i) {
-      const int replaced = ds.load(i, seed, 0, out.data(), &label, scratch);
+      const int replaced = reader.load(i, seed, 0);
       bad_loads += replaced;
       most_in_one_load = std::max(most_in_one_load, replaced);
-      EXPECT_EQ(label, 0);
+      EXPECT_EQ(reader.label, 0);
     }
   }
   EXPECT_GE(most_in_one_load, 2);  // some replacement was bad too
@@ -388,11 +372,9 @@ TEST(BadImages, FailPolicyNamesTheFileAndTheReason) {
   TransformOptions o;
   o.size = 16;
   Dataset ds(folder, o, true, BadImagePolicy::kFail);
-  std::vector<float> out(3 * 16 * 16);
-  int64_t label = -1;
-  DecodeScratch scratch;
+  test::SampleReader reader(ds);
   try {
-    ds.load(0, 0, 0, out.data(), &label, scratch);
+    reader.load(0, 0, 0);
     FAIL() << "expected DataError";
   } catch (const DataError& e) {
     const std::string what = e.what();

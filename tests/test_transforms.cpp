@@ -14,17 +14,7 @@
 namespace pinfeed::data {
 namespace {
 
-std::vector<uint8_t> encode(const cv::Mat& img, const std::string& ext, const std::vector<int>& params = {}) {
-  std::vector<uint8_t> bytes;
-  cv::imencode(ext, img, bytes, params);
-  return bytes;
-}
 
-cv::Mat noise_image(int w, int h) {
-  cv::Mat m(h, w, CV_8UC3);
-  cv::randu(m, 0, 255);
-  return m;
-}
 
 TEST(Transforms, TrainCropStaysInsideTheImageAndInRange) {
   TransformOptions o;
@@ -53,11 +43,11 @@ TEST(Transforms, ValCropIsCentredWithTheResizeRatio) {
 
 TEST(Transforms, HeaderSizeIsReadWithoutDecoding) {
   int w = 0, h = 0;
-  const auto jpg = encode(noise_image(123, 45), ".jpg");
+  const auto jpg = test::encode(test::noise_image(123, 45), ".jpg");
   ASSERT_TRUE(peek_image_size(jpg.data(), jpg.size(), &w, &h));
   EXPECT_EQ(w, 123);
   EXPECT_EQ(h, 45);
-  const auto png = encode(noise_image(31, 17), ".png");
+  const auto png = test::encode(test::noise_image(31, 17), ".png");
   ASSERT_TRUE(peek_image_size(png.data(), png.size(), &w, &h));
   EXPECT_EQ(w, 31);
   EXPECT_EQ(h, 17);
@@ -72,7 +62,7 @@ std::vector<float> decode(const std::vector<uint8_t>& file, uint64_t seed, Trans
 }
 
 TEST(Transforms, OutputIsDeterministicPerSeedAndVariesAcrossSeeds) {
-  const auto jpg = encode(noise_image(200, 150), ".jpg");
+  const auto jpg = test::encode(test::noise_image(200, 150), ".jpg");
   TransformOptions o;
   o.size = 32;
   EXPECT_EQ(decode(jpg, stream_seed(7, 3, 11), o), decode(jpg, stream_seed(7, 3, 11), o));
@@ -81,7 +71,7 @@ TEST(Transforms, OutputIsDeterministicPerSeedAndVariesAcrossSeeds) {
 }
 
 TEST(Transforms, Uint8AndFloatLayoutsAgree) {
-  const auto jpg = encode(noise_image(120, 90), ".jpg");
+  const auto jpg = test::encode(test::noise_image(120, 90), ".jpg");
   TransformOptions f;
   f.size = 16;
   TransformOptions u = f;
@@ -112,12 +102,10 @@ TEST(Dataset, BadImageIsReplacedAndCountedUnderSkip) {
   TransformOptions o;
   o.size = 16;
   Dataset ds(folder, o, true, BadImagePolicy::kSkip);
-  std::vector<float> out(3 * 16 * 16);
-  int64_t label = -1;
-  DecodeScratch scratch;
-  EXPECT_GE(ds.load(0, 0, 0, out.data(), &label, scratch), 1);
+  test::SampleReader reader(ds);
+  EXPECT_GE(reader.load(0, 0, 0), 1);
   EXPECT_EQ(ds.distinct_bad_images(), 1);
-  EXPECT_GE(label, 0);
+  EXPECT_GE(reader.label, 0);
 }
 
 TEST(Dataset, BadImageFailsWithItsPathUnderFail) {
@@ -128,11 +116,9 @@ TEST(Dataset, BadImageFailsWithItsPathUnderFail) {
   TransformOptions o;
   o.size = 16;
   Dataset ds(folder, o, true, BadImagePolicy::kFail);
-  std::vector<float> out(3 * 16 * 16);
-  int64_t label = -1;
-  DecodeScratch scratch;
+  test::SampleReader reader(ds);
   try {
-    ds.load(1, 0, 0, out.data(), &label, scratch);
+    reader.load(1, 0, 0);
     FAIL() << "expected DataError";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(bad), std::string::npos);
@@ -146,7 +132,7 @@ namespace pinfeed::data {
 namespace {
 
 TEST(Transforms, CorruptDataThrowsEvenAfterAGoodImageInTheSameScratch) {
-  const auto good = encode(noise_image(64, 48), ".jpg");
+  const auto good = test::encode(test::noise_image(64, 48), ".jpg");
   const std::vector<uint8_t> junk = {'g', 'a', 'r', 'b', 'a', 'g', 'e'};
   TransformOptions o;
   o.size = 16;
@@ -173,7 +159,7 @@ cv::Mat gradient_image(int w, int h) {
 }
 
 TEST(Transforms, CropRegionDecodeMatchesFullDecodeThenCrop) {
-  const auto jpg = encode(gradient_image(500, 375), ".jpg");
+  const auto jpg = test::encode(gradient_image(500, 375), ".jpg");
   TransformOptions full;
   full.size = 64;
   full.format = PixelFormat::kUint8Hwc;
@@ -202,12 +188,12 @@ namespace {
 // it must stay the OpenCV reference, pixel for pixel.
 TEST(Transforms, LibjpegFullDecodeIsPixelIdenticalToOpenCv) {
   cv::Mat gray;
-  cv::cvtColor(noise_image(97, 65), gray, cv::COLOR_BGR2GRAY);
+  cv::cvtColor(test::noise_image(97, 65), gray, cv::COLOR_BGR2GRAY);
   const std::vector<std::vector<uint8_t>> files = {
-      encode(gradient_image(500, 375), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 75}),
-      encode(noise_image(333, 211), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 95}),
-      encode(noise_image(120, 90), ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1}),
-      encode(gray, ".jpg")};
+      test::encode(gradient_image(500, 375), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 75}),
+      test::encode(test::noise_image(333, 211), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 95}),
+      test::encode(test::noise_image(120, 90), ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1}),
+      test::encode(gray, ".jpg")};
   for (size_t i = 0; i < files.size(); ++i) {
     const auto& jpg = files[i];
     const cv::Mat reference = cv::imdecode(jpg, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);

@@ -9,6 +9,12 @@
 
 #include <unistd.h>
 
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include <vector>
+
+#include "data/dataset.h"
 #include "data/synthetic.h"
 
 namespace pinfeed::test {
@@ -36,5 +42,35 @@ inline std::string make_dataset(const std::string& name, int classes = 3, int tr
   data::generate_synthetic(o);
   return o.out;
 }
+
+// Uniform noise, BGR: the worst case for JPEG size and decode time.
+inline cv::Mat noise_image(int w, int h) {
+  cv::Mat m(h, w, CV_8UC3);
+  cv::randu(m, 0, 255);
+  return m;
+}
+
+// The image encoded by OpenCV as ext (".jpg", ".png") with imwrite params.
+inline std::vector<uint8_t> encode(const cv::Mat& img, const std::string& ext, const std::vector<int>& params = {}) {
+  std::vector<uint8_t> bytes;
+  cv::imencode(ext, img, bytes, params);
+  return bytes;
+}
+
+// Loads one dataset sample at a time into a buffer of its own, as a loader worker does into a batch slot.
+class SampleReader {
+ public:
+  explicit SampleReader(const data::Dataset& dataset) : dataset_(dataset), pixels_(dataset.image_bytes()) {}
+  // Returns the samples replaced (bad images); throws what Dataset::load throws.
+  int load(int64_t index, uint64_t seed = 0, int64_t epoch = 0) {
+    return dataset_.load(index, seed, epoch, pixels_.data(), &label, scratch_);
+  }
+  int64_t label = -1;
+
+ private:
+  const data::Dataset& dataset_;
+  std::vector<uint8_t> pixels_;
+  data::DecodeScratch scratch_;
+};
 
 }  // namespace pinfeed::test
