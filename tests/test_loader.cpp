@@ -48,6 +48,13 @@ std::shared_ptr<Dataset> open(const std::string& root, BadImagePolicy policy = B
   return std::make_shared<Dataset>(scan_image_folder(root, "train"), t, true, policy);
 }
 
+LoaderOptions options(int64_t batch_size, int workers) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.workers = workers;
+  return o;
+}
+
 // Every batch of one epoch, copied out: (labels, pixels) per batch.
 std::vector<std::pair<std::vector<int64_t>, std::vector<uint8_t>>> epoch_batches(std::shared_ptr<Dataset> ds,
                                                                                  LoaderOptions o, int64_t epoch) {
@@ -86,9 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Counts, LoaderWorkers, ::testing::Values(2, 3, 7));
 TEST(Loader, VisitsEverySampleExactlyOncePerEpoch) {
   const std::string root = test::make_dataset("loader_once", 4, 6, 1, 24);
   auto ds = open(root);
-  LoaderOptions o;
-  o.batch_size = 5;
-  o.workers = 3;
+  LoaderOptions o = options(5, 3);
   o.drop_last = false;
   o.shuffle = true;
   VectorArena arena(4, o.batch_size, ds->image_bytes());
@@ -112,9 +117,7 @@ TEST(Loader, VisitsEverySampleExactlyOncePerEpoch) {
 TEST(Loader, ReshufflesEachEpochFromTheSeed) {
   const std::string root = test::make_dataset("loader_shuffle", 4, 8, 1, 24);
   auto ds = open(root);
-  LoaderOptions o;
-  o.batch_size = 8;
-  o.workers = 2;
+  LoaderOptions o = options(8, 2);
   o.seed = 1;
   const auto e0 = epoch_batches(ds, o, 0), e1 = epoch_batches(ds, o, 1);
   EXPECT_NE(e0, e1);
@@ -124,9 +127,7 @@ TEST(Loader, ReshufflesEachEpochFromTheSeed) {
 TEST(Loader, DropLastDropsOnlyTheFinalPartialBatch) {
   const std::string root = test::make_dataset("loader_droplast", 1, 10, 1, 24);
   auto ds = open(root);
-  LoaderOptions o;
-  o.batch_size = 4;
-  o.workers = 2;
+  LoaderOptions o = options(4, 2);
   EXPECT_EQ(epoch_batches(ds, o, 0).size(), 2u);
   o.drop_last = false;
   const auto all = epoch_batches(ds, o, 0);
@@ -137,9 +138,7 @@ TEST(Loader, DropLastDropsOnlyTheFinalPartialBatch) {
 TEST(Loader, StartsMidEpochAtTheRequestedBatch) {
   const std::string root = test::make_dataset("loader_resume", 2, 8, 1, 24);
   auto ds = open(root);
-  LoaderOptions o;
-  o.batch_size = 4;
-  o.workers = 2;
+  LoaderOptions o = options(4, 2);
   const auto all = epoch_batches(ds, o, 3);
   VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
@@ -155,9 +154,7 @@ TEST(Loader, WorkerExceptionReachesTheConsumerWithThePath) {
   auto ds = open(root, BadImagePolicy::kFail);
   const std::string bad = ds->folder().samples[5].path;
   { std::ofstream(bad, std::ios::trunc) << "garbage"; }
-  LoaderOptions o;
-  o.batch_size = 2;
-  o.workers = 3;
+  LoaderOptions o = options(2, 3);
   VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(0);
@@ -179,9 +176,7 @@ TEST(Loader, CorruptImagesAreReplacedAndCounted) {
     std::string bytes((std::istreambuf_iterator<char>(in)), {});
     std::ofstream(path, std::ios::trunc | std::ios::binary) << bytes.substr(0, bytes.size() / 2);  // truncated
   }
-  LoaderOptions o;
-  o.batch_size = 4;
-  o.workers = 2;
+  LoaderOptions o = options(4, 2);
   VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(0);
@@ -201,9 +196,7 @@ TEST(Loader, BadFilesAreRecordedOnceAcrossEpochsWhileBatchesCountEveryLoad) {
   auto ds = open(root, BadImagePolicy::kSkip);
   const std::string bad_path = ds->folder().samples[3].path;
   std::ofstream(bad_path, std::ios::trunc | std::ios::binary) << "not an image";
-  LoaderOptions o;
-  o.batch_size = 4;
-  o.workers = 2;
+  LoaderOptions o = options(4, 2);
   VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   int bad_loads = 0;
