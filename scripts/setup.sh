@@ -17,7 +17,8 @@ step() { echo "[setup] $*" >&2; }
 
 # 1. Debian packages (only what is missing; apt-get needs root or sudo).
 pkgs=(cmake ninja-build g++ ccache pkg-config libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
-      libjpeg-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev python3-venv)
+      libjpeg-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev libgloo-dev
+      python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if ((${#missing[@]})); then
