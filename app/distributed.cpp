@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <sstream>
 
@@ -117,6 +118,14 @@ Distributed::Distributed(const DistEnv& env, c10::Device device, const std::stri
 Distributed::~Distributed() {
   stop_watch_ = true;
   if (watcher_.joinable()) watcher_.join();
+  if (!backend_) return;
+  try {
+    // As destroy_process_group(): NCCL's communicators are torn down in order, not left to process exit.
+    // After a failure another rank may never answer, so the communicators are aborted instead of waited on.
+    if (std::uncaught_exceptions() > 0) backend_->abort();
+    else backend_->shutdown();
+  } catch (const std::exception&) {
+  }
 }
 
 void Distributed::watch_peers() {
