@@ -20,10 +20,12 @@ void check_jpeg(const uint8_t* data, size_t size, int64_t max_pixels, std::vecto
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  const std::string too_big = pixel_limit_error(cinfo.image_width, cinfo.image_height, max_pixels);
-  if (!too_big.empty()) {
-    jpeg_destroy_decompress(&cinfo);
-    throw std::runtime_error(too_big);
+  {  // scoped: a later longjmp must not skip a live std::string's destructor
+    const std::string too_big = pixel_limit_error(cinfo.image_width, cinfo.image_height, max_pixels);
+    if (!too_big.empty()) {
+      jpeg_destroy_decompress(&cinfo);
+      throw std::runtime_error(too_big);
+    }
   }
   cinfo.scale_num = 1;
   cinfo.scale_denom = 8;  // DC-only IDCT: the output is thrown away, only the entropy decode matters
