@@ -71,8 +71,16 @@ std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
 }
 
 BenchSample sample_of(const pipeline::EpochTiming& t, const std::string& mode_ran) {
-  return {t.samples_per_s, t.wait_ms.p50, t.wait_ms.mean, t.gpu_idle, t.h2d_ms.mean, t.loader_ms.mean,
-          t.ahead_ms.mean, mode_ran};
+  BenchSample s;
+  s.samples_per_s = t.samples_per_s;
+  s.wait_p50 = t.wait_ms.p50;
+  s.wait_mean = t.wait_ms.mean;
+  s.gpu_idle = t.gpu_idle;
+  s.h2d_mean = t.h2d_ms.mean;
+  s.loader_mean = t.loader_ms.mean;
+  s.ahead_mean = t.ahead_ms.mean;
+  s.mode_ran = mode_ran;
+  return s;
 }
 
 // One repeat of one row on this rank: warm-up + steps through the step loop, crossing epoch boundaries.

@@ -67,6 +67,7 @@ data::LoaderOptions loader_options(const Config& c, bool train) {
   o.prefetch_batches = static_cast<int>(c.data.prefetch_batches);
   o.shuffle = train;
   o.drop_last = train;
+  o.prefetch_next_epoch = train;  // validation always re-reads epoch 0
   o.seed = static_cast<uint64_t>(c.train.seed);
   return o;
 }

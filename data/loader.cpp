@@ -69,19 +69,34 @@ int64_t Loader::samples_per_epoch() const {
   return whole + std::clamp<int64_t>(n % global - options_.shard_rank * b, 0, b);
 }
 
-void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  abandon_locked(lock);
-  epoch_ = epoch;
-  order_.resize(dataset_->size());
-  std::iota(order_.begin(), order_.end(), int64_t{0});
+std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
+  std::vector<int64_t> order(dataset_->size());
+  std::iota(order.begin(), order.end(), int64_t{0});
   if (options_.shuffle) {  // Fisher-Yates with our own generator: the same order on every platform
     SampleRng rng(stream_seed(options_.seed, static_cast<uint64_t>(epoch), 0, 0x5EED));
-    for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i) std::swap(order_[i], order_[rng.below(i + 1)]);
+    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
   }
-  if (options_.shards > 1) order_ = shard_of(order_, options_.batch_size, options_.shard_rank, options_.shards, options_.drop_last);
+  if (options_.shards > 1) order = shard_of(order, options_.batch_size, options_.shard_rank, options_.shards, options_.drop_last);
+  return order;
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool consumed = next_to_open_ >= end_batch_ && (window_.empty() || window_.front()->epoch != epoch_);
+  if (!next_order_.empty() && epoch == epoch_ + 1 && first_batch == 0 && consumed) {
+    // The next epoch from its start, as fill_window_locked began it: keep what is decoded or decoding.
+    epoch_ = epoch;
+    order_ = std::move(next_order_);
+    next_to_open_ = next_opened_;
+  } else {
+    abandon_locked(lock);
+    epoch_ = epoch;
+    order_ = epoch_order(epoch);
+    next_to_open_ = std::clamp<int64_t>(first_batch, 0, batches_per_epoch());
+  }
+  next_order_.clear();
+  next_opened_ = 0;
   end_batch_ = batches_per_epoch();
-  next_to_open_ = std::clamp<int64_t>(first_batch, 0, end_batch_);
   fill_window_locked();
 }
 
@@ -92,27 +107,34 @@ void Loader::abandon_locked(std::unique_lock<std::mutex>& lock) {
   window_.clear();
 }
 
-bool Loader::open_batch_locked(int slot) {
+void Loader::open_batch_locked(int slot, int64_t epoch, int64_t index, const std::vector<int64_t>& order) {
   auto p = std::make_unique<Pending>();
-  const int64_t b = next_to_open_++;
-  const int64_t begin = b * options_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order_.size()));
-  p->batch.index = b;
+  const int64_t begin = index * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order.size()));
+  p->epoch = epoch;
+  p->batch.index = index;
   p->batch.size = end - begin;
   p->batch.slot = slot;
   p->batch.memory = arena_->memory(slot);
   p->remaining = static_cast<int>(end - begin);
-  for (int64_t i = begin; i < end; ++i) tasks_.push_back({p.get(), i - begin, order_[i]});
+  for (int64_t i = begin; i < end; ++i) tasks_.push_back({p.get(), i - begin, order[i]});
   window_.push_back(std::move(p));
-  return true;
 }
 
 void Loader::fill_window_locked() {
   bool opened = false;
-  while (next_to_open_ < end_batch_ && static_cast<int>(window_.size()) < options_.prefetch_batches) {
+  while (static_cast<int>(window_.size()) < options_.prefetch_batches) {
+    const bool current = next_to_open_ < end_batch_;
+    if (!current && (!options_.prefetch_next_epoch || next_opened_ >= end_batch_)) break;
     auto slot = arena_->try_acquire();
     if (!slot) break;
-    opened = open_batch_locked(*slot);
+    if (current) {
+      open_batch_locked(*slot, epoch_, next_to_open_++, order_);
+    } else {
+      if (next_order_.empty()) next_order_ = epoch_order(epoch_ + 1);
+      open_batch_locked(*slot, epoch_ + 1, next_opened_++, next_order_);
+    }
+    opened = true;
   }
   if (opened) work_cv_.notify_all();
 }
@@ -120,6 +142,7 @@ void Loader::fill_window_locked() {
 std::optional<Batch> Loader::next() {
   std::unique_lock<std::mutex> lock(mutex_);
   fill_window_locked();
+  if (!window_.empty() && window_.front()->epoch != epoch_) return std::nullopt;  // only the next epoch's left
   if (window_.empty()) {
     if (next_to_open_ >= end_batch_) return std::nullopt;
     // Every slot is still being read (or copied) by the consumer: wait for the oldest to free up.
@@ -127,7 +150,7 @@ std::optional<Batch> Loader::next() {
     auto slot = arena_->acquire();
     lock.lock();
     if (!slot) throw std::logic_error("loader: every arena slot is held by the consumer; recycle batches");
-    open_batch_locked(*slot);
+    open_batch_locked(*slot, epoch_, next_to_open_++, order_);
     work_cv_.notify_all();
   }
   Pending* front = window_.front().get();
@@ -156,7 +179,7 @@ void Loader::worker_loop() {
     Task task = tasks_.front();
     tasks_.pop_front();
     ++active_;
-    const int64_t epoch = epoch_;
+    const int64_t epoch = task.pending->epoch;
     lock.unlock();
 
     int bad = 0;

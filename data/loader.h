@@ -26,6 +26,10 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int worker_nice = 5;  // Linux nice of worker threads, so the training thread wins a contended core
   int shard_rank = 0, shards = 1;  // data-parallel: this rank's share of each epoch (data/shard.h)
+  // Once every batch of the epoch is under way, start on the next epoch's first batches, so that the epoch
+  // after this one (started with start_epoch(epoch + 1)) does not begin with the whole pipeline empty. Off for
+  // a validation split, which always re-reads epoch 0.
+  bool prefetch_next_epoch = true;
 };
 
 // Decode threads for one of `processes` ranks sharing this host's cores.
@@ -54,7 +58,8 @@ class Loader {
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }
 
-  // Starts (or restarts) an epoch at batch `first_batch`; abandons batches still in flight.
+  // Starts (or restarts) an epoch at batch `first_batch`; abandons batches still in flight, except the next
+  // epoch's first batches when this is that epoch from its start.
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch in order, waiting for it if needed; nullopt once the epoch is done. Rethrows a worker's
   // exception (it names the sample's path).
@@ -64,6 +69,7 @@ class Loader {
 
  private:
   struct Pending {
+    int64_t epoch = 0;  // whose random draws; the batch after the current epoch's last is the next epoch's
     Batch batch;
     int remaining = 0;
     std::exception_ptr error;
@@ -75,7 +81,8 @@ class Loader {
   };
 
   void worker_loop();
-  bool open_batch_locked(int slot);
+  std::vector<int64_t> epoch_order(int64_t epoch) const;  // this rank's sample order of an epoch
+  void open_batch_locked(int slot, int64_t epoch, int64_t index, const std::vector<int64_t>& order);
   void fill_window_locked();
   void abandon_locked(std::unique_lock<std::mutex>& lock);
 
@@ -88,6 +95,8 @@ class Loader {
   std::condition_variable done_cv_;   // consumer: a batch finished, or workers went idle
   std::vector<int64_t> order_;        // this epoch's sample order
   int64_t epoch_ = 0;
+  std::vector<int64_t> next_order_;   // epoch_ + 1's, once its first batches are opened early
+  int64_t next_opened_ = 0;           // batches of epoch_ + 1 opened early (all at the window's back)
   int64_t next_to_open_ = 0;          // batch index
   int64_t end_batch_ = 0;
   std::deque<std::unique_ptr<Pending>> window_;  // opened batches, in order

@@ -26,7 +26,12 @@ class VectorArena : public BatchArena {
     if (free_.empty()) return std::nullopt;
     int s = free_.back();
     free_.pop_back();
+    ++acquired_;
     return s;
+  }
+  int64_t acquired() {  // slots handed out so far: one per batch opened
+    std::lock_guard<std::mutex> l(m_);
+    return acquired_;
   }
   std::optional<int> acquire() override { return try_acquire(); }
   void release(int s, std::shared_ptr<Fence>) override {
@@ -38,6 +43,7 @@ class VectorArena : public BatchArena {
   std::vector<std::vector<uint8_t>> images_;
   std::vector<std::vector<int64_t>> labels_;
   std::vector<int> free_;
+  int64_t acquired_ = 0;
   std::mutex m_;
 };
 
@@ -112,6 +118,39 @@ TEST(Loader, VisitsEverySampleExactlyOncePerEpoch) {
     EXPECT_EQ(seen, 24);
     for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(labels.count(c), 6u);
   }
+}
+
+TEST(Loader, OpensTheNextEpochsFirstBatchesOnceTheEpochIsUnderWayAndKeepsThem) {
+  const std::string root = test::make_dataset("loader_ahead", 2, 10, 1, 24);
+  auto ds = open(root);
+  LoaderOptions o = options(4, 2);  // 5 batches an epoch
+  o.prefetch_batches = 2;
+  o.seed = 3;
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  auto drain = [&](int64_t epoch) {
+    std::vector<std::pair<std::vector<int64_t>, std::vector<uint8_t>>> out;
+    loader.start_epoch(epoch);
+    while (auto b = loader.next()) {
+      const auto* px = static_cast<const uint8_t*>(b->memory.images);
+      out.emplace_back(std::vector<int64_t>(b->memory.labels, b->memory.labels + b->size),
+                       std::vector<uint8_t>(px, px + b->size * ds->image_bytes()));
+      loader.recycle(*b);
+    }
+    return out;
+  };
+  EXPECT_EQ(drain(0), epoch_batches(ds, o, 0));
+  // Epoch 0's 5 batches, then epoch 1's first 2 opened before anyone asked for epoch 1.
+  EXPECT_EQ(arena.acquired(), 5 + o.prefetch_batches);
+  EXPECT_EQ(drain(1), epoch_batches(ds, o, 1)) << "the batches opened early are epoch 1's, in order";
+  EXPECT_EQ(arena.acquired(), 10 + o.prefetch_batches) << "kept, not decoded again";
+  EXPECT_EQ(drain(4), epoch_batches(ds, o, 4)) << "another epoch than the next: the early batches are dropped";
+  o.prefetch_next_epoch = false;
+  VectorArena plain(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader off(ds, o, &plain);
+  off.start_epoch(0);
+  while (auto b = off.next()) off.recycle(*b);
+  EXPECT_EQ(plain.acquired(), 5);
 }
 
 TEST(Loader, ReshufflesEachEpochFromTheSeed) {
