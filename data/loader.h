@@ -75,6 +75,7 @@ class Loader {
   };
 
   void worker_loop();
+  void stop_workers();  // joins every worker thread started
   bool open_batch_locked(int slot);
   void fill_window_locked();
   void abandon_locked(std::unique_lock<std::mutex>& lock);
