@@ -1,7 +1,15 @@
 #include "app/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <functional>
 #include <regex>
 #include <sstream>
@@ -56,7 +64,17 @@ Key key(const char* name, S Config::*section, T S::*member, std::string help,
   };
   k.set = [section, member, as_t](Config& c, const Value& v) { (c.*section).*member = as_t(v); };
   k.get = [section, member](const Config& c) -> Value { return (c.*section).*member; };
-  k.check = [check, as_t](const Value& v) { return check ? check(as_t(v)) : std::string(); };
+  k.check = [check, as_t](const Value& v) {
+    if constexpr (std::is_same_v<T, double>) {
+      // TOML reads nan and inf as floats; no range check below would catch a NaN (every comparison is false).
+      if (const double d = as_t(v); !std::isfinite(d)) {
+        std::ostringstream s;
+        s << "must be a finite number, got " << d;
+        return s.str();
+      }
+    }
+    return check ? check(as_t(v)) : std::string();
+  };
   k.help = std::move(help);
   return k;
 }
@@ -66,6 +84,15 @@ std::function<std::string(const T&)> at_least(T lo) {
   return [lo](const T& v) {
     std::ostringstream s;
     if (v < lo) s << "must be >= " << lo << ", got " << v;
+    return s.str();
+  };
+}
+
+std::function<std::string(const int64_t&)> between(int64_t lo, int64_t hi) {
+  return [lo, hi](const int64_t& v) {
+    std::ostringstream s;
+    if (v < lo) s << "must be >= " << lo << ", got " << v;
+    if (v > hi) s << "must be <= " << hi << ", got " << v;
     return s.str();
   };
 }
@@ -94,10 +121,51 @@ std::string check_device(const std::string& v) {
   return std::regex_match(v, re) ? "" : "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + v + "\"";
 }
 
+// A name as it would appear in a message: control characters escaped, so a newline cannot forge a log line.
+std::string printable(const std::string& v) {
+  std::string out;
+  for (const unsigned char ch : v) {
+    if (ch < 0x20 || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out;
+}
+
+// The run folder is <run.dir>/<timestamp>-<name>: a name with '/' or ".." would put it (and every checkpoint)
+// outside run.dir, and a control character makes a folder no shell or log line shows as it is. 100 bytes
+// leaves room for the timestamp and a "-N" suffix under NAME_MAX (255).
+std::string check_run_name(const std::string& v) {
+  constexpr size_t kMaxLength = 100;
+  const bool control = std::any_of(v.begin(), v.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; });
+  if (!v.empty() && v.size() <= kMaxLength && v.find('/') == std::string::npos && v.find("..") == std::string::npos &&
+      !control) {
+    return "";
+  }
+  return "must be a plain folder name (1 to " + std::to_string(kMaxLength) +
+         " bytes, no '/', no \"..\", no control characters), got \"" + printable(v) + "\"";
+}
+
 std::string check_mode(const std::string& v) {
   if (v.empty() || pipeline::find_preset(v)) return "";
   return "must be one of " + pipeline::preset_names() + ", got \"" + v + "\"";
 }
+
+// Upper limits of the keys that size memory or threads. The plan (app/plan.cpp) checks the sizes they combine
+// into against this machine; these bounds keep each value, and products of them, far from overflow.
+constexpr int64_t kMaxImageSize = 4096;  // one 4096 px crop is 200 MB of float32; ResNet-50 is trained at 128-600 px
+constexpr int64_t kMaxBatchSize = 1 << 20;  // per rank; the largest ImageNet batches published are 64k global
+constexpr int64_t kMaxWorkers = 1024;  // the plan lowers it to 4 x this host's cores
+constexpr int64_t kMaxPrefetchBatches = 1024;  // decoded batches held in RAM; more only costs memory
+// ImageNet-21k has 21,841 classes; at 100,000 the fc layer alone is 205M parameters (0.8 GB, 2.5 GB with
+// gradients and momentum).
+constexpr int64_t kMaxClasses = 100'000;
+constexpr int64_t kMaxMegabytes = int64_t{1} << 30;  // 1 PB: MB x 2^20 stays far inside int64
+constexpr int64_t kMaxTimeoutS = 7 * 24 * 3600;  // a week; c10d converts to milliseconds
 
 const std::vector<Key>& keys() {
   using C = Config;
@@ -105,22 +173,23 @@ const std::vector<Key>& keys() {
       key("data.root", &C::data, &DataConfig::root, "ImageFolder root holding <train_split>/ and <val_split>/; ~/ expands"),
       key("data.train_split", &C::data, &DataConfig::train_split, "training split folder under root"),
       key("data.val_split", &C::data, &DataConfig::val_split, "validation split folder under root"),
-      key("data.image_size", &C::data, &DataConfig::image_size, "side of the square crop fed to the model, px", at_least<int64_t>(16)),
+      key("data.image_size", &C::data, &DataConfig::image_size, "side of the square crop fed to the model, px", between(16, kMaxImageSize)),
       key("data.val_resize_ratio", &C::data, &DataConfig::val_resize_ratio, "val: resize shorter side to image_size/ratio, centre crop", in_range(0.1, 1.0, false)),
       key("data.scale_min", &C::data, &DataConfig::scale_min, "RandomResizedCrop smallest area fraction", in_range(0.001, 1.0, false)),
       key("data.scale_max", &C::data, &DataConfig::scale_max, "RandomResizedCrop largest area fraction", in_range(0.001, 1.0, false)),
       key("data.hflip", &C::data, &DataConfig::hflip, "random horizontal flip in training"),
       key("data.crop_decode", &C::data, &DataConfig::crop_decode, "JPEG: decode only the crop region (libjpeg-turbo), DCT-scaled 1/2..1/8 when the crop allows; false: full OpenCV decode"),
-      key("data.workers", &C::data, &DataConfig::workers, "decode threads; 0 = cores - 3 (cores - 1 on 4 cores or fewer)", at_least<int64_t>(0)),
-      key("data.prefetch_batches", &C::data, &DataConfig::prefetch_batches, "batches decoded ahead of the training loop", at_least<int64_t>(1)),
+      key("data.workers", &C::data, &DataConfig::workers, "decode threads; 0 = cores - 3 (cores - 1 on 4 cores or fewer); at most 4 x cores", between(0, kMaxWorkers)),
+      key("data.prefetch_batches", &C::data, &DataConfig::prefetch_batches, "batches decoded ahead of the training loop; the ring (this + 2 batches, train and val) must fit in half the RAM", between(1, kMaxPrefetchBatches)),
       key("data.on_bad_image", &C::data, &DataConfig::on_bad_image, "a corrupt image is replaced and counted (skip) or stops the run (fail)", one_of({"skip", "fail"})),
+      key("data.max_image_pixels", &C::data, &DataConfig::max_image_pixels, "an image whose header declares more pixels is a bad image (on_bad_image applies), refused before decoding; 0 = no limit", at_least<int64_t>(0)),
       key("model.arch", &C::model, &ModelConfig::arch, "network", one_of({"resnet50"})),
-      key("model.num_classes", &C::model, &ModelConfig::num_classes, "classifier outputs; 0 = number of class folders", at_least<int64_t>(0)),
+      key("model.num_classes", &C::model, &ModelConfig::num_classes, "classifier outputs; 0 = number of class folders", between(0, kMaxClasses)),
       key("model.zero_init_residual", &C::model, &ModelConfig::zero_init_residual, "zero-init each block's last BN (Goyal et al. 2017)"),
-      key("train.epochs", &C::train, &TrainConfig::epochs, "epochs to train", at_least<int64_t>(1)),
-      key("train.batch_size", &C::train, &TrainConfig::batch_size, "samples per step", at_least<int64_t>(1)),
+      key("train.epochs", &C::train, &TrainConfig::epochs, "epochs to train", between(1, 1'000'000)),
+      key("train.batch_size", &C::train, &TrainConfig::batch_size, "samples per step (per rank)", between(1, kMaxBatchSize)),
       key("train.lr", &C::train, &TrainConfig::lr, "peak learning rate (after warm-up)", in_range(0, 1e3, false)),
-      key("train.lr_reference_batch", &C::train, &TrainConfig::lr_reference_batch, "0: lr is the rate as given; B: lr and min_lr are per B samples, scaled linearly to the global batch (batch_size x ranks; Goyal et al. 2017)", at_least<int64_t>(0)),
+      key("train.lr_reference_batch", &C::train, &TrainConfig::lr_reference_batch, "0: lr is the rate as given; B: lr and min_lr are per B samples, scaled linearly to the global batch (batch_size x ranks; Goyal et al. 2017)", between(0, kMaxBatchSize)),
       key("train.momentum", &C::train, &TrainConfig::momentum, "SGD momentum", in_range(0, 1, true)),
       key("train.nesterov", &C::train, &TrainConfig::nesterov, "Nesterov momentum"),
       key("train.weight_decay", &C::train, &TrainConfig::weight_decay, "L2 weight decay", in_range(0, 1, false)),
@@ -141,17 +210,17 @@ const std::vector<Key>& keys() {
       key("pipeline.non_blocking", &C::pipeline, &PipelineConfig::non_blocking, "asynchronous host-to-device copies"),
       key("pipeline.prefetch", &C::pipeline, &PipelineConfig::prefetch, "dual_stream: copy the next batch on its own stream during compute", one_of({"none", "dual_stream"})),
       key("pipeline.transfer_dtype", &C::pipeline, &PipelineConfig::transfer_dtype, "float32 (normalised on host) | uint8 (normalised on GPU, 4x fewer bytes)", one_of({"float32", "uint8"})),
-      key("pipeline.pinned_budget_mb", &C::pipeline, &PipelineConfig::pinned_budget_mb, "cap on page-locked MB; 0 = 30% of RAM", at_least<int64_t>(0)),
-      key("pipeline.max_steps_ahead", &C::pipeline, &PipelineConfig::max_steps_ahead, "the host queues at most this many steps ahead of the GPU, then waits (ahead_ms, not wait_ms); 0 = no limit; 1 serialises host and GPU", at_least<int64_t>(0)),
-      key("pipeline.warmup_steps", &C::pipeline, &PipelineConfig::warmup_steps, "steps per epoch left out of the timing figures", at_least<int64_t>(0)),
+      key("pipeline.pinned_budget_mb", &C::pipeline, &PipelineConfig::pinned_budget_mb, "cap on page-locked MB; 0 = 30% of RAM", between(0, kMaxMegabytes)),
+      key("pipeline.max_steps_ahead", &C::pipeline, &PipelineConfig::max_steps_ahead, "the host queues at most this many steps ahead of the GPU, then waits (ahead_ms, not wait_ms); 0 = no limit; 1 serialises host and GPU", between(0, kMaxPrefetchBatches)),
+      key("pipeline.warmup_steps", &C::pipeline, &PipelineConfig::warmup_steps, "steps per epoch left out of the timing figures", between(0, 1'000'000)),
       key("dist.backend", &C::dist, &DistConfig::backend, "several ranks: auto (nccl on CUDA, gloo on the CPU) | nccl | gloo", one_of({"auto", "nccl", "gloo"})),
       key("dist.bucket_mb", &C::dist, &DistConfig::bucket_mb, "several ranks: gradients all-reduced per bucket, MB (DDP's bucket_cap_mb)", in_range(0.001, 4096, false)),
       key("dist.overlap", &C::dist, &DistConfig::overlap, "several ranks: all-reduce each bucket during backward; false: after backward"),
-      key("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "several ranks: bound on joining the group and on every collective, s", at_least<int64_t>(1)),
-      key("run.name", &C::run, &RunConfig::name, "run directory is <dir>/<timestamp>-<name>"),
+      key("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "several ranks: bound on joining the group and on every collective, s", between(1, kMaxTimeoutS)),
+      key("run.name", &C::run, &RunConfig::name, "run directory is <dir>/<timestamp>-<name>; a plain folder name (no '/', no '..')", check_run_name),
       key("run.dir", &C::run, &RunConfig::dir, "where run directories go"),
       key("run.log_steps", &C::run, &RunConfig::log_steps, "write per-step figures to steps.jsonl"),
-      key("run.checkpoint_every", &C::run, &RunConfig::checkpoint_every, "epochs between checkpoints", at_least<int64_t>(1)),
+      key("run.checkpoint_every", &C::run, &RunConfig::checkpoint_every, "epochs between checkpoints", between(1, 1'000'000)),
       key("run.progress_interval_s", &C::run, &RunConfig::progress_interval_s, "seconds between progress lines when not on a terminal", in_range(0.1, 1e6, false)),
   };
   return table;
@@ -273,6 +342,9 @@ void apply_override(Config& c, const std::string& assignment) {
     }
     doc.insert("v", value);  // a bare word for a string key
   }
+  // A string key takes a bare word as written even where TOML reads another type: run.name=true is the name
+  // "true", data.root=nan the folder "nan".
+  if (k->type == Type::kString && !doc.get("v")->is_string()) doc.insert_or_assign("v", value);
   set_key(c, *k, *doc.get("v"), source + ":1:" + std::to_string(eq + 2));
 }
 
@@ -286,12 +358,66 @@ Config parse_config_string(const std::string& text, const std::string& source,
   return c;
 }
 
+namespace {
+
+// What a file of this mode is, for the message refusing it.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// The file's text, refused unless it is a regular file of at most kMaxConfigBytes. Opened non-blocking and
+// checked on the open descriptor, so a FIFO cannot stall the open and a file swapped in between cannot slip by;
+// the read stops at the limit whatever the size said, so /dev/zero-like files cannot exhaust memory either.
+std::string read_config_file(const std::string& path) {
+  const std::string fix = "; pass the path of a TOML config file (e.g. configs/quickstart.toml)";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    throw ConfigError(path + ": cannot open config file: " + std::strerror(err) +
+                      (err == EACCES ? " (check its permissions)" : fix));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw ConfigError(path + ": cannot stat config file: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    throw ConfigError(path + ": the config file is " + file_kind(st.st_mode) + ", not a regular file" + fix);
+  }
+  const std::string too_big = path + ": the config file is larger than the 1 MiB limit for a config (" +
+                              std::to_string(kMaxConfigBytes) + " bytes); is this the right file?";
+  if (st.st_size > kMaxConfigBytes) throw ConfigError(too_big);
+  std::string text(static_cast<size_t>(kMaxConfigBytes) + 1, '\0');
+  size_t have = 0;
+  while (have < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + have, text.size() - have);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw ConfigError(path + ": cannot read config file: " + std::strerror(errno));
+    }
+    have += static_cast<size_t>(n);
+  }
+  if (have > static_cast<size_t>(kMaxConfigBytes)) throw ConfigError(too_big);
+  text.resize(have);
+  return text;
+}
+
+}  // namespace
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ":1:1: cannot open config file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_config_string(buffer.str(), path, overrides);
+  const std::string text = read_config_file(path);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    // Said plainly: otherwise the first complaint would be the missing data.root, as if the file had been read.
+    throw ConfigError(path + ":1:1: the config file is empty; it needs at least [data] root = \"PATH\" "
+                      "(configs/quickstart.toml is a complete example; pinfeed help config lists every key)");
+  }
+  return parse_config_string(text, path, overrides);
 }
 
 void check_config(const Config& c) {

@@ -31,6 +31,7 @@ struct DataConfig {
   int64_t workers = 0;  // 0: data::default_workers()
   int64_t prefetch_batches = 4;
   std::string on_bad_image = "skip";
+  int64_t max_image_pixels = 100'000'000;  // data::TransformOptions::max_image_pixels; 0: no limit
 };
 
 struct ModelConfig {
@@ -99,8 +100,10 @@ struct Config {
   std::map<std::string, std::string> locations;  // key -> "file:line:col" where it was set
 };
 
-// Parses a file, then applies overrides "section.key=value" (TOML value syntax; a bare word is accepted
-// for string keys), then checks the whole. Throws ConfigError.
+// Parses a file (a regular file of at most kMaxConfigBytes), then applies overrides "section.key=value" (TOML
+// value syntax; for a string key, a value that is not a TOML string is taken as written: run.name=true is
+// "true"), then checks the whole. Throws ConfigError.
+constexpr int64_t kMaxConfigBytes = 1 << 20;  // 1 MiB: a config is a few KB; more is the wrong file
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 Config parse_config_string(const std::string& text, const std::string& source_name,
                            const std::vector<std::string>& overrides = {});

@@ -3,7 +3,15 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
 #include "pipeline/gpu.h"
+#include "pipeline/host_ring.h"
 
 namespace pinfeed::app {
 namespace {
@@ -72,6 +80,74 @@ data::LoaderOptions loader_options(const Config& c, bool train) {
   return o;
 }
 
+constexpr int kMaxWorkersPerCore = 4;  // decode threads are CPU-bound: past a few per core they only contend
+constexpr int kMaxWorkers = 1024;
+
+std::string size_text(double bytes) {  // "1.5 GiB", "147 MiB"
+  char s[32];
+  if (bytes >= (1 << 30)) std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1 << 30));
+  else std::snprintf(s, sizeof s, "%.0f MiB", bytes / (1 << 20));
+  return s;
+}
+
+// The memory this process may use: physical RAM, or a container's cgroup limit where that is lower (the OOM
+// killer goes by the lower one). 0 if unknown.
+double host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  double bytes = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0;
+  for (const char* limit_file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(limit_file);
+    double limit = 0;
+    if (in >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // "max" reads as no number
+  }
+  return bytes;
+}
+
+// Sizes the config multiplies into, against this machine, before anything is allocated: decode threads, the host
+// batch rings (pinned or pageable: a pinned ring over its budget falls back to pageable, so the pageable size is
+// the one that must fit) and one input batch on the device. Throws ConfigError naming the keys and the sizes.
+void check_resources(const Plan& p) {
+  const Config& c = p.config;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int max_workers = std::min(kMaxWorkers, kMaxWorkersPerCore * cores);
+  if (p.train_loader.workers > max_workers) {
+    throw ConfigError(location_of(c, "data.workers") + ": data.workers = " + std::to_string(p.train_loader.workers) +
+                      " decode threads is more than " + std::to_string(kMaxWorkersPerCore) + " per core (" +
+                      std::to_string(cores) + " cores here): set at most " + std::to_string(max_workers) +
+                      ", or 0 for the default (" + std::to_string(data::default_workers(p.dist.local_world)) + ")");
+  }
+
+  // Every rank on this host holds a training ring and, with train.eval, a validation ring, at the same time.
+  const int slots = p.feeder.ring_slots > 0 ? p.feeder.ring_slots : p.train_loader.prefetch_batches + 2;
+  const size_t image_bytes = data::bytes_per_image(p.transform.format, p.transform.size);
+  const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
+  const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist.local_world);
+  // Half the memory: the rest is for the decode workers' scratch, the dataset index, the model and its
+  // optimizer state on the CPU, LibTorch and the OS.
+  const double memory = host_memory_bytes(), allowed = memory / 2;
+  if (memory > 0 && ring * rings > allowed) {
+    throw ConfigError(location_of(c, c.locations.count("data.prefetch_batches") ? "data.prefetch_batches" : "train.batch_size") +
+                      ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
+                      std::to_string(slots) + " slots = data.prefetch_batches " + std::to_string(p.train_loader.prefetch_batches) +
+                      " + 2, of train.batch_size " + std::to_string(p.train_loader.batch_size) + " x data.image_size " +
+                      std::to_string(p.transform.size) + " px = " + size_text(ring / slots) + " per batch), over half of this "
+                      "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or data.image_size");
+  }
+
+  if (p.device.is_cuda()) {
+    // A lower bound only (the activations need many times more), but it turns an allocation failure deep in the
+    // first step into a message; float32 is what the model sees whatever pipeline.transfer_dtype carries.
+    const double batch = static_cast<double>(p.train_loader.batch_size) * 3 * p.transform.size * p.transform.size * 4;
+    const auto info = gpu::device_info(p.device.index());
+    if (info.total_memory > 0 && batch > static_cast<double>(info.total_memory)) {
+      throw ConfigError(location_of(c, "train.batch_size") + ": one input batch (train.batch_size " +
+                        std::to_string(p.train_loader.batch_size) + " x data.image_size " + std::to_string(p.transform.size) +
+                        " px, float32) is " + size_text(batch) + ", more than the " + size_text(static_cast<double>(info.total_memory)) +
+                        " of " + p.device.str() + " (" + info.name + "): lower train.batch_size or data.image_size");
+    }
+  }
+}
+
 }  // namespace
 
 Plan resolve_plan(const Config& c, const DistEnv& dist) {
@@ -101,6 +177,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.transform.scale_max = c.data.scale_max;
   p.transform.hflip = c.data.hflip;
   p.transform.crop_decode = c.data.crop_decode;
+  p.transform.max_image_pixels = c.data.max_image_pixels;
   p.transform.format = p.pipeline.transfer_dtype == pipeline::TransferDtype::kUint8 ? data::PixelFormat::kUint8Hwc
                                                                                      : data::PixelFormat::kFloat32Chw;
   p.on_bad_image = c.data.on_bad_image == "fail" ? data::BadImagePolicy::kFail : data::BadImagePolicy::kSkip;
@@ -117,6 +194,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.feeder.channels_last = p.channels_last;
   p.max_steps_ahead = static_cast<int>(c.pipeline.max_steps_ahead);
   p.warmup_steps = c.pipeline.warmup_steps;
+  check_resources(p);
 
   p.sgd = {c.train.momentum, c.train.nesterov, c.train.weight_decay};
   p.decay_bn_and_bias = c.train.decay_bn_and_bias;

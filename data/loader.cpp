@@ -44,10 +44,21 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, Ba
   cv::setNumThreads(1);
   const int n = options_.workers > 0 ? options_.workers : default_workers();
   threads_.reserve(n);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
+  } catch (const std::exception& e) {  // std::system_error when the system refuses a thread
+    // The destructor does not run for a constructor that throws, and a joinable std::thread destroyed would
+    // call std::terminate: the threads already started are stopped and joined here.
+    const int started = static_cast<int>(threads_.size());
+    stop_workers();
+    throw std::runtime_error("cannot start decode thread " + std::to_string(started + 1) + " of " + std::to_string(n) +
+                             ": " + e.what() + "; use fewer workers");
+  }
 }
 
-Loader::~Loader() {
+Loader::~Loader() { stop_workers(); }
+
+void Loader::stop_workers() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     tasks_.clear();
@@ -55,6 +66,7 @@ Loader::~Loader() {
   }
   work_cv_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
 }
 
 int64_t Loader::batches_per_epoch() const {

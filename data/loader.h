@@ -81,6 +81,7 @@ class Loader {
   };
 
   void worker_loop();
+  void stop_workers();  // joins every worker thread started
   std::vector<int64_t> epoch_order(int64_t epoch) const;  // this rank's sample order of an epoch
   void open_batch_locked(int slot, int64_t epoch, int64_t index, const std::vector<int64_t>& order);
   void fill_window_locked();

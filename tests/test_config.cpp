@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "app/config.h"
@@ -96,8 +99,122 @@ TEST(Config, OverridesUseTomlValueSyntaxAndTheSameChecks) {
   EXPECT_NE(error_of(kBase, {"novalue"}).find("expected section.key=value"), std::string::npos);
 }
 
+TEST(Config, NonFiniteFloatIsRejectedForEveryFloatKey) {
+  int float_keys = 0;
+  for (const auto& k : config_keys()) {
+    if (k.type != "float") continue;
+    ++float_keys;
+    for (const char* v : {"nan", "-nan", "inf", "-inf", "+inf"}) {
+      const auto e = error_of(kBase, {k.name + "=" + v});
+      EXPECT_NE(e.find(k.name + " must be a finite number"), std::string::npos) << k.name << "=" << v << ": " << e;
+    }
+  }
+  EXPECT_GT(float_keys, 5);
+  const auto e = error_of(std::string(kBase) + "[train]\nlr = nan\n");
+  EXPECT_NE(e.find("cfg.toml:4:6: train.lr must be a finite number, got nan"), std::string::npos) << e;
+}
+
+TEST(Config, SizesBeyondTheirRangeAreRejectedNamingTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"data.workers=100000", "data.workers must be <= 1024, got 100000"},
+      {"data.prefetch_batches=1000000000", "data.prefetch_batches must be <= 1024, got 1000000000"},
+      {"train.batch_size=99999999999", "train.batch_size must be <= 1048576, got 99999999999"},
+      {"data.image_size=100000", "data.image_size must be <= 4096, got 100000"},
+      {"model.num_classes=1000000000", "model.num_classes must be <= 100000, got 1000000000"},
+      {"model.num_classes=1e9", "model.num_classes must be a integer, got a float"},
+      {"pipeline.pinned_budget_mb=9223372036854775807", "pipeline.pinned_budget_mb must be <= "},
+      {"dist.timeout_s=9223372036854775807", "dist.timeout_s must be <= 604800"},
+      {"data.max_image_pixels=-1", "data.max_image_pixels must be >= 0"},
+  };
+  for (const auto& [assignment, message] : cases) {
+    const auto e = error_of(kBase, {assignment});
+    EXPECT_NE(e.find(message), std::string::npos) << assignment << ": " << e;
+  }
+}
+
+TEST(Config, RunNameMustBeAPlainFolderName) {
+  for (const std::string& name : std::vector<std::string>{"../../../x", "a/b", "..", "a..b", "", std::string(101, 'n')}) {
+    const auto e = error_of(kBase, {"run.name=\"" + name + "\""});
+    EXPECT_NE(e.find("run.name must be a plain folder name"), std::string::npos) << name << ": " << e;
+  }
+  // A newline, whether TOML's escape or a raw one in a bare word, is refused and shown escaped.
+  for (const std::string assignment : {"run.name=\"a\\nb\"", "run.name=a\nb"}) {
+    const auto e = error_of(kBase, {assignment});
+    EXPECT_NE(e.find("run.name must be a plain folder name"), std::string::npos) << e;
+    EXPECT_NE(e.find("a\\x0ab"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of(std::string(kBase) + "[run]\nname = \"../up\"\n").find("cfg.toml:4:8: run.name must be"), std::string::npos);
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml", {"run.name=resnet50-lr0.2_b256"}).run.name, "resnet50-lr0.2_b256");
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml", {"run.name=" + std::string(100, 'n')}).run.name.size(), 100u);
+}
+
+TEST(Config, BareWordForAStringKeyIsTakenAsWrittenWhateverTomlReadsItAs) {
+  const Config c = parse_config_string("", "cfg.toml", {"run.name=true", "data.root=nan", "train.device=cpu"});
+  EXPECT_EQ(c.run.name, "true");
+  EXPECT_EQ(c.data.root, "nan");
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml", {"run.name=123"}).run.name, "123");
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml", {"run.name=inf"}).run.name, "inf");
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml", {"run.name=\"quoted\""}).run.name, "quoted");
+  // Other keys keep TOML's types: a bare word is no boolean.
+  EXPECT_NE(error_of(kBase, {"train.eval=yes"}).find("override 'train.eval=yes':1:"), std::string::npos);
+}
+
+TEST(Config, MaxImagePixelsDefaultsTo100MegapixelsAndReadsBack) {
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml").data.max_image_pixels, 100'000'000);
+  const Config c = parse_config_string(kBase, "cfg.toml", {"data.max_image_pixels=0"});
+  EXPECT_EQ(c.data.max_image_pixels, 0);
+  EXPECT_EQ(parse_config_string(to_toml(c), "resolved.toml").data.max_image_pixels, 0);
+}
+
 TEST(Config, MissingFileIsAConfigError) {
   EXPECT_THROW(load_config("/nonexistent/pinfeed.toml"), ConfigError);
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_config(path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ConfigPathThatIsNotARegularFileIsRefused) {
+  const std::string dir = test::fresh_dir("config_kinds");
+  EXPECT_NE(load_error(dir).find(dir + ": the config file is a directory, not a regular file"), std::string::npos) << load_error(dir);
+  EXPECT_NE(load_error("/dev/urandom").find("/dev/urandom: the config file is a device"), std::string::npos);
+  EXPECT_NE(load_error("/dev/null").find("is a device"), std::string::npos);
+  // A FIFO with no writer: refused without waiting for one.
+  const std::string fifo = dir + "/fifo.toml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(load_error(fifo).find("is a FIFO, not a regular file"), std::string::npos) << load_error(fifo);
+}
+
+TEST(Config, EmptyConfigFileSaysItIsEmpty) {
+  const std::string path = test::fresh_dir("config_empty") + "/empty.toml";
+  std::ofstream(path) << "";
+  EXPECT_NE(load_error(path).find(path + ":1:1: the config file is empty"), std::string::npos) << load_error(path);
+  std::ofstream(path) << "\n  \n";
+  EXPECT_NE(load_error(path).find("the config file is empty"), std::string::npos);
+}
+
+TEST(Config, ConfigFileOverOneMebibyteIsRefused) {
+  const std::string path = test::fresh_dir("config_big") + "/big.toml";
+  {
+    std::ofstream out(path);
+    out << kBase;
+    while (out.tellp() <= kMaxConfigBytes) out << "# " << std::string(1000, 'x') << "\n";
+  }
+  EXPECT_NE(load_error(path).find("larger than the 1 MiB limit"), std::string::npos) << load_error(path);
+}
+
+TEST(Config, UnreadableConfigFileSaysWhy) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
+  const std::string path = test::fresh_dir("config_unreadable") + "/secret.toml";
+  std::ofstream(path) << kBase;
+  ASSERT_EQ(::chmod(path.c_str(), 0), 0);
+  EXPECT_NE(load_error(path).find("cannot open config file: Permission denied (check its permissions)"), std::string::npos)
+      << load_error(path);
 }
 
 TEST(Config, ResolvedConfigRoundTrips) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <fstream>
 #include <mutex>
@@ -253,6 +255,42 @@ TEST(Loader, BadFilesAreRecordedOnceAcrossEpochsWhileBatchesCountEveryLoad) {
   ASSERT_EQ(taken.size(), 1u);
   EXPECT_EQ(taken[0].path, bad_path);
   EXPECT_EQ(taken[0].reason, "not a JPEG or PNG file");
+}
+
+// Bytes of address space this process has mapped (VmSize), 0 if unknown.
+int64_t mapped_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) * 1024;
+  }
+  return 0;
+}
+
+TEST(Loader, AWorkerThatCannotStartIsAnErrorAndTheStartedOnesAreJoined) {
+  const std::string root = test::make_dataset("loader_no_threads", 2, 4, 1, 24);
+  auto ds = open(root);
+  VectorArena arena(4, 2, ds->image_bytes());
+  const int64_t mapped = mapped_bytes();
+  if (mapped == 0) GTEST_SKIP() << "no /proc/self/status";
+  // An address-space limit a little above what is mapped now (it binds root too, unlike RLIMIT_NPROC): a few
+  // threads get their stacks, then pthread_create fails. Joinable threads left behind would std::terminate.
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(mapped + (64 << 20));
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
+  std::string error;
+  try {
+    Loader loader(ds, options(2, 1000), &arena);
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &old), 0);
+  EXPECT_NE(error.find("cannot start decode thread"), std::string::npos) << error;
+  EXPECT_NE(error.find(" of 1000: "), std::string::npos) << error;
+  // The loader is usable again once threads can start.
+  Loader loader(ds, options(2, 2), &arena);
+  EXPECT_EQ(loader.workers(), 2);
 }
 
 }  // namespace

@@ -1,0 +1,69 @@
+// resolve_plan's checks of what a config asks of this machine: decode threads, host rings, options passed on.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "app/plan.h"
+
+namespace pinfeed::app {
+namespace {
+
+Config cpu_config(std::vector<std::string> overrides = {}) {
+  overrides.push_back("train.device=cpu");
+  return parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", overrides);
+}
+
+std::string plan_error(const Config& c) {
+  try {
+    resolve_plan(c);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Plan, MaxImagePixelsReachesTheTransformOptions) {
+  EXPECT_EQ(resolve_plan(cpu_config()).transform.max_image_pixels, 100'000'000);
+  EXPECT_EQ(resolve_plan(cpu_config({"data.max_image_pixels=12345"})).transform.max_image_pixels, 12345);
+  EXPECT_EQ(resolve_plan(cpu_config({"data.max_image_pixels=0"})).transform.max_image_pixels, 0);
+}
+
+TEST(Plan, MoreThanFourDecodeThreadsPerCoreAreRefusedNamingTheKey) {
+  const int cap = static_cast<int>(4 * std::max(1u, std::thread::hardware_concurrency()));
+  if (cap >= 1024) GTEST_SKIP() << "the key's own limit (1024) is below 4 x cores here";
+  EXPECT_EQ(resolve_plan(cpu_config({"data.workers=" + std::to_string(cap)})).train_loader.workers, cap);
+  const auto e = plan_error(cpu_config({"data.workers=" + std::to_string(cap + 1)}));
+  EXPECT_NE(e.find("override 'data.workers=" + std::to_string(cap + 1) + "':1:14: data.workers = " + std::to_string(cap + 1)),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("set at most " + std::to_string(cap)), std::string::npos) << e;
+}
+
+TEST(Plan, HostRingsLargerThanHalfTheMemoryAreRefusedNamingTheKeysAndSizes) {
+  // 1026 slots of 2^20 x 4096 px float32 batches: 2e17 bytes, more than any machine has.
+  const auto e = plan_error(cpu_config({"data.prefetch_batches=1024", "train.batch_size=1048576", "data.image_size=4096"}));
+  EXPECT_EQ(e.rfind("override 'data.prefetch_batches=1024':1:23: the host batch rings need ", 0), 0u) << e;
+  for (const char* part : {"2 ring(s) of 1026 slots", "train.batch_size 1048576", "data.image_size 4096", "of memory: lower",
+                           "lower data.prefetch_batches, train.batch_size or data.image_size"}) {
+    EXPECT_NE(e.find(part), std::string::npos) << part << " in " << e;
+  }
+  // Without eval there is one ring per rank; several ranks on the host each hold theirs.
+  EXPECT_NE(plan_error(cpu_config({"train.batch_size=1048576", "data.image_size=4096", "train.eval=false"})).find("1 ring(s) of 6 slots"),
+            std::string::npos);
+  DistEnv four;
+  four.world = four.local_world = 4;
+  try {
+    resolve_plan(cpu_config({"train.batch_size=1048576", "data.image_size=4096", "dist.backend=gloo"}), four);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("8 ring(s) of 6 slots"), std::string::npos) << err.what();
+  }
+}
+
+TEST(Plan, DefaultRingFitsAndResolves) {
+  const Plan p = resolve_plan(cpu_config());
+  EXPECT_EQ(p.train_loader.prefetch_batches, 4);
+  EXPECT_GT(p.train_loader.workers, 0);
+}
+
+}  // namespace
+}  // namespace pinfeed::app
