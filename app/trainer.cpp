@@ -110,12 +110,16 @@ class Training {
   void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
     if (dist_.is_main()) announce(result.run_dir);
     runner_.model()->train();
+    training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
     for (int64_t epoch = start_epoch; epoch < config_.train.epochs; ++epoch) {
       const auto t0 = Clock::now();
       const EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
       if (dist_.any(p.stopped || g_stop_requested)) {  // every rank leaves here together
         runner_.average_buffers();
-        if (out) {
+        if (out && steps_here_ == 0) {
+          // A checkpoint would only repeat the position this run started from (or, new, an untrained model).
+          log::warn("interrupted before the first step: nothing saved");
+        } else if (out) {
           save(*out, epoch, p.step);
           log::warn("interrupted: saved " + out->path("last.pt") + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(p.step) + "; continue with --resume " + out->path("last.pt"));
