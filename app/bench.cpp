@@ -188,6 +188,7 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   int workers = 0;
   const int total = static_cast<int>(rows.size()) * a.repeats;
   int done = 0;
+  training_started();  // from here the first Ctrl-C ends the repeats and still writes the table
   for (int r = 0; r < a.repeats && !g_stop_requested; ++r) {
     for (const Row& row : rows) {  // interleaved: drift over time hits every row alike
       if (dist.is_main()) log::status("bench repeat " + std::to_string(r + 1) + "/" + std::to_string(a.repeats) + ": " + row.name + " (" +

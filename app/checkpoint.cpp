@@ -2,8 +2,10 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
-#include <ATen/ops/scalar_tensor.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <stdexcept>
 
@@ -12,7 +14,9 @@
 namespace pinfeed::app {
 namespace {
 
-constexpr int64_t kFormatVersion = 1;
+// 1: dicts carried TorchScript type tags; 2: plain dicts, plus batch_size, train_images, steps_per_epoch.
+constexpr int64_t kFormatVersion = 2;
+constexpr int64_t kOldestFormat = 1;
 
 c10::impl::GenericDict tensor_dict(const std::map<std::string, at::Tensor>& tensors) {
   c10::impl::GenericDict d(c10::StringType::get(), c10::TensorType::get());
@@ -26,6 +30,31 @@ std::map<std::string, at::Tensor> tensor_map(const c10::IValue& v) {
   return out;
 }
 
+// torch::jit::pickle_save, less the type tags. Its Pickler wraps every dict and list in
+// torch.jit._pickle.restore_type_tag(obj, "Dict[str, Tensor]") so that TorchScript gets its static type back;
+// torch.load's weights_only unpickler (the default since PyTorch 2.6) refuses that global. Without the tags
+// the pickle holds only what it allows (dicts, strings, ints, torch._utils._rebuild_tensor_v2, storages), in
+// the same zip container that torch.save writes. LibTorch's unpickler reads an untagged dict as
+// Dict[Any, Any], which load_checkpoint handles.
+std::vector<char> pickle_untagged(const c10::IValue& value) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* bytes, size_t n) { pickle.insert(pickle.end(), bytes, bytes + n); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> container;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t n) {
+    const char* b = static_cast<const char*>(bytes);
+    container.insert(container.end(), b, b + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return container;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
@@ -37,9 +66,12 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   d.insert("step_in_epoch", c.step_in_epoch);
   d.insert("global_step", c.global_step);
   d.insert("world_size", c.world_size);
+  d.insert("batch_size", c.batch_size);
+  d.insert("train_images", c.train_images);
+  d.insert("steps_per_epoch", c.steps_per_epoch);
   if (c.torch_rng.defined()) d.insert("torch_rng", c.torch_rng);
   d.insert("config", c.config);
-  const std::vector<char> bytes = torch::jit::pickle_save(d);
+  const std::vector<char> bytes = pickle_untagged(d);
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
@@ -47,22 +79,31 @@ Checkpoint load_checkpoint(const std::string& path) {
   const std::vector<char> bytes = read_file_bytes(path);
   c10::IValue v;
   try {
-    v = torch::jit::pickle_load(bytes);
+    v = torch::jit::pickle_load(bytes);  // reads both formats: the unpickler knows restore_type_tag
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot read checkpoint " + path + ": " + e.what());
   }
   if (!v.isGenericDict()) throw std::runtime_error(path + " is not a pinfeed checkpoint");
   const auto d = v.toGenericDict();
-  if (!d.contains("format_version") || d.at("format_version").toInt() != kFormatVersion) {
-    throw std::runtime_error(path + " is not a pinfeed checkpoint of format " + std::to_string(kFormatVersion));
+  const int64_t format = d.contains("format_version") && d.at("format_version").isInt() ? d.at("format_version").toInt() : 0;
+  if (format < kOldestFormat || format > kFormatVersion) {
+    throw std::runtime_error(path + " is not a pinfeed checkpoint of format " + std::to_string(kOldestFormat) + " to " +
+                             std::to_string(kFormatVersion) +
+                             (format > kFormatVersion ? " (format " + std::to_string(format) + ": a newer pinfeed wrote it)" : ""));
   }
   Checkpoint c;
+  c.format_version = format;
   c.model = tensor_map(d.at("model"));
   c.optimizer = tensor_map(d.at("optimizer"));
   c.epoch = d.at("epoch").toInt();
   c.step_in_epoch = d.at("step_in_epoch").toInt();
   c.global_step = d.at("global_step").toInt();
   if (d.contains("world_size")) c.world_size = d.at("world_size").toInt();
+  if (format >= 2) {
+    c.batch_size = d.at("batch_size").toInt();
+    c.train_images = d.at("train_images").toInt();
+    c.steps_per_epoch = d.at("steps_per_epoch").toInt();
+  }
   if (d.contains("torch_rng")) c.torch_rng = d.at("torch_rng").toTensor();
   c.config = d.at("config").toStringRef();
   return c;

@@ -1,5 +1,5 @@
-// Checkpoints: model, optimizer state, epoch, step, RNG state and config in one file that torch.load() can
-// read (a dict of tensors and strings), written atomically.
+// Checkpoints: model, optimizer state, epoch, step, RNG state and config in one file that a plain
+// torch.load() reads, weights_only=True included (a dict of tensors, ints and strings), written atomically.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,11 +17,19 @@ struct Checkpoint {
   int64_t step_in_epoch = 0;  // batches of that epoch already trained
   int64_t global_step = 0;
   int64_t world_size = 1;     // ranks that trained it: the shards and the step position depend on it
+  // What the step position means; a resume refuses a run where any of them differs. 0: not recorded (a
+  // format-1 file).
+  int64_t batch_size = 0;       // per rank (train.batch_size)
+  int64_t train_images = 0;     // images in the training folder
+  int64_t steps_per_epoch = 0;  // per rank, after train.max_steps_per_epoch
   at::Tensor torch_rng;  // CPU generator state
   std::string config;    // resolved TOML
+  int64_t format_version = 0;  // of the file read (load_checkpoint); save_checkpoint writes the newest
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);  // throws OutputError
-Checkpoint load_checkpoint(const std::string& path);                         // throws std::runtime_error
+// Reads format 2 and format 1 (older pinfeed: no sizes above, and only LibTorch or torch.load(weights_only=False)
+// could read it). Throws std::runtime_error.
+Checkpoint load_checkpoint(const std::string& path);
 
 }  // namespace pinfeed::app

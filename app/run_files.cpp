@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "app/signals.h"
+
 namespace pinfeed::app {
 namespace fs = std::filesystem;
 namespace {
@@ -25,10 +27,41 @@ void fsync_dir(const std::string& dir) {
   }
 }
 
+// Cuts a file back to just after its last newline (nothing to do when it ends in one or is empty).
+void drop_torn_last_line(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return;  // not there yet: the fopen that follows creates it or names the error
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  char block[4096];
+  if (size <= 0 || ::pread(fd, block, 1, size - 1) != 1 || block[0] == '\n') {
+    ::close(fd);
+    return;
+  }
+  off_t keep = 0, end = size;
+  while (end > 0 && keep == 0) {
+    const off_t start = end > static_cast<off_t>(sizeof block) ? end - static_cast<off_t>(sizeof block) : 0;
+    if (::pread(fd, block, static_cast<size_t>(end - start), start) != end - start) {
+      ::close(fd);  // unreadable: leave it as it is rather than cut good lines
+      return;
+    }
+    for (off_t i = end - start - 1; i >= 0; --i) {
+      if (block[i] == '\n') {
+        keep = start + i + 1;
+        break;
+      }
+    }
+    end = start;
+  }
+  const int err = ::ftruncate(fd, keep) != 0 ? errno : 0;
+  ::close(fd);
+  if (err) fail("truncate", path, err);
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, const char* bytes, size_t size) {
   const std::string tmp = path + ".tmp";
+  const RemoveOnSignal remove_if_cut_short(tmp);  // a second Ctrl-C while this runs leaves no temp file
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("create", tmp, errno);
   size_t done = 0;
@@ -62,7 +95,9 @@ std::vector<char> read_file_bytes(const std::string& path) {
   return std::vector<char>(std::istreambuf_iterator<char>(in), {});
 }
 
-AppendFile::AppendFile(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "ab")) {
+AppendFile::AppendFile(const std::string& path) : path_(path) {
+  drop_torn_last_line(path);
+  file_ = std::fopen(path.c_str(), "ab");
   if (!file_) fail("open", path, errno);
 }
 
@@ -90,6 +125,16 @@ void AppendFile::append(const std::string& line, bool sync) {
     fail("append to", path_, errno);
   }
   if (sync && ::fsync(::fileno(file_)) != 0) fail("sync", path_, errno);
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".tmp" || !entry.is_regular_file(ec)) continue;
+    if (fs::remove(entry.path(), ec)) removed.push_back(entry.path().filename().string());
+  }
+  return removed;
 }
 
 std::string make_run_dir(const std::string& dir, const std::string& name) {

@@ -23,8 +23,13 @@ inline void write_file_atomic(const std::string& path, const std::string& text) 
 }
 std::vector<char> read_file_bytes(const std::string& path);
 
+// Removes the *.tmp files directly in dir (what a write_file_atomic cut short by kill -9 or a power loss
+// leaves: up to a whole checkpoint); returns their names.
+std::vector<std::string> remove_stale_temp_files(const std::string& dir);
+
 // Appends whole lines; each append is flushed and fsynced, so a crash or a full disk loses at most the
-// line being written.
+// line being written. Opening drops such a torn last line (one without its newline), so the next line
+// starts on a line of its own.
 class AppendFile {
  public:
   AppendFile() = default;

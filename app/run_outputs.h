@@ -1,25 +1,43 @@
-// A training run's outputs in its folder: the resolved config.toml, metrics.csv and metrics.jsonl (a row per
-// epoch, same columns), steps.jsonl (a row per step, with run.log_steps).
+// A training run's outputs in its folder: the resolved config.toml, metrics.jsonl and metrics.csv (a row per
+// epoch, same columns), steps.jsonl (a row per step, with run.log_steps), bad_images.tsv (each bad image file
+// once: path and reason).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "app/config.h"
 #include "app/run_files.h"
+#include "data/dataset.h"
 #include "pipeline/step_meter.h"
 
 namespace pinfeed::app {
 
+// Where a resumed run continues (the checkpoint's position).
+struct ResumePoint {
+  int64_t epoch = 0;          // 0-based: the epoch to continue in
+  int64_t step_in_epoch = 0;  // steps of it already trained
+};
+
 class RunOutputs {
  public:
-  RunOutputs(const Config& config, const std::string& dir);
+  // Removes stale *.tmp files of dir first. resumed: the outputs of a run continued from a checkpoint, which
+  // can be older than its metrics (kill -9 after an epoch's row, before its checkpoint; checkpoint_every > 1;
+  // a resume from an older copy): rows the checkpoint has not reached are dropped, so that the epochs run again
+  // are not listed twice, and metrics.csv is rewritten from metrics.jsonl (see epoch()).
+  RunOutputs(const Config& config, const std::string& dir, const std::optional<ResumePoint>& resumed = std::nullopt);
   std::string path(const std::string& name) const;
-  void epoch(const nlohmann::json& row);  // every column of kCsvColumns; null = not applicable
+  // Every column of kCsvColumns; null = not applicable. metrics.jsonl first, then metrics.csv: after a crash or
+  // a full disk between the two, metrics.csv lacks a row that metrics.jsonl has, and a resume rebuilds it.
+  void epoch(const nlohmann::json& row);
   void steps(int64_t epoch, const std::vector<pipeline::StepRecord>& records);
+  // Appends to bad_images.tsv the files not listed yet (a resumed run's datasets find them again).
+  void bad_images(const std::vector<data::BadImage>& found);
 
   static constexpr const char* kCsvColumns[] = {
       "epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "samples_per_s", "epoch_s", "steps",
@@ -30,9 +48,16 @@ class RunOutputs {
       "gpu_idle_min", "gpu_idle_max"};
 
  private:
+  void keep_rows_reached(const ResumePoint& at);
+
   std::string dir_;
-  AppendFile csv_, jsonl_, steps_;
+  AppendFile csv_, jsonl_, steps_, bad_;
+  std::unordered_set<std::string> bad_listed_;  // paths in bad_images.tsv, as written (escaped)
 };
+
+// A TSV field: backslash, tab, newline and carriage return written as \\, \t, \n, \r, so that a hostile file
+// name or decoder message cannot add a column or a row.
+std::string tsv_escape(const std::string& field);
 
 // Resident host memory of this process, MiB (pinned buffers included), to show it does not grow.
 double host_rss_mb();

@@ -1,21 +1,49 @@
 #include "app/signals.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstring>
+
+#include "app/exit_codes.h"
 
 namespace pinfeed::app {
 
 std::atomic<bool> g_stop_requested{false};
 
 namespace {
-extern "C" void on_stop_signal(int sig) {
-  g_stop_requested = true;
-  std::signal(sig, SIG_DFL);  // a second Ctrl-C stops at once
+
+std::atomic<bool> g_started{false};
+// The file to remove before an immediate exit. A fixed buffer: the handler may only make async-signal-safe
+// calls (unlink, _exit), no allocation.
+char g_partial_path[4096];
+std::atomic<bool> g_partial_armed{false};
+
+extern "C" void on_stop_signal(int) {
+  if (g_started.load() && !g_stop_requested.exchange(true)) return;  // the first, in training: stop after the step
+  // Start-up, or a second signal: stop now. A write being made is cut short; its temp file goes with it.
+  if (g_partial_armed.load()) ::unlink(g_partial_path);
+  ::_exit(kExitInterrupted);
 }
+
 }  // namespace
 
 void install_signal_handlers() {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
 }
+
+void training_started() { g_started = true; }
+
+RemoveOnSignal::RemoveOnSignal(const std::string& path) {
+  if (path.size() >= sizeof g_partial_path) return;  // too long to keep: only the start-up clean-up removes it
+  std::memcpy(g_partial_path, path.c_str(), path.size() + 1);
+  g_partial_armed = true;  // seq_cst: the handler sees the whole path once it sees the flag
+}
+
+RemoveOnSignal::~RemoveOnSignal() { g_partial_armed = false; }
 
 }  // namespace pinfeed::app

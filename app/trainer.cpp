@@ -31,7 +31,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // What one epoch of training left behind for its report.
 struct EpochProgress {
-  int64_t step = 0, bad_images = 0;
+  int64_t step = 0;
+  int64_t bad_images = 0;  // distinct bad files of the training set found so far by this process
   double lr = 0;
   bool stopped = false;
   pipeline::EpochTiming timing;
@@ -89,12 +90,7 @@ class Training {
   std::pair<int64_t, int64_t> resume(const std::optional<Checkpoint>& ck) {
     std::string position;
     if (ck) {
-      if (ck->world_size != dist_.world()) {
-        throw ConfigError("--resume: the checkpoint was written by " + std::to_string(ck->world_size) +
-                          " rank(s), this run has " + std::to_string(dist_.world()) +
-                          ": each rank's shard and the step position would not match; resume with the same number "
-                          "of processes");
-      }
+      check_resumable(*ck, shape());
       restore_checkpoint(runner_, *ck);
       position = std::to_string(ck->epoch) + " " + std::to_string(ck->step_in_epoch) + " " +
                  std::to_string(ck->global_step);
@@ -110,12 +106,17 @@ class Training {
   void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
     if (dist_.is_main()) announce(result.run_dir);
     runner_.model()->train();
+    training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
     for (int64_t epoch = start_epoch; epoch < config_.train.epochs; ++epoch) {
       const auto t0 = Clock::now();
       const EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
       if (dist_.any(p.stopped || g_stop_requested)) {  // every rank leaves here together
+        record_bad_images(out);
         runner_.average_buffers();
-        if (out) {
+        if (out && steps_here_ == 0) {
+          // A checkpoint would only repeat the position this run started from (or, new, an untrained model).
+          log::warn("interrupted before the first step: nothing saved");
+        } else if (out) {
           save(*out, epoch, p.step);
           log::warn("interrupted: saved " + out->path("last.pt") + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(p.step) + "; continue with --resume " + out->path("last.pt"));
@@ -128,6 +129,7 @@ class Training {
       if (val_feed_) std::tie(er.val_loss, er.val_top1, er.val_top5) = as_tuple(evaluate(runner_, *val_feed_, &dist_));
       er.epoch_seconds = seconds_since(t0);
       result.epochs.push_back(er);
+      record_bad_images(out);
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report(*out, er, p, ranks);
       if (out && (epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0)) {
@@ -155,9 +157,22 @@ class Training {
               ", peak lr " + fmt_ms(plan_.schedule.lr));
   }
 
+  RunShape shape() const {
+    return {dist_.world(), config_.train.batch_size, sets_.train->size(), steps_per_epoch_};
+  }
+
   void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch) {
-    save_checkpoint(out.path("last.pt"),
-                    make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, dist_.world()));
+    save_checkpoint(out.path("last.pt"), make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, shape()));
+  }
+
+  // Rank 0 lists the bad files its datasets found (its shard of the training set, and the validation set) in
+  // bad_images.tsv; the other ranks drop theirs, so that nothing piles up.
+  void record_bad_images(RunOutputs* out) {
+    for (const auto& set : {sets_.train, sets_.val}) {
+      if (!set) continue;
+      std::vector<data::BadImage> found = set->take_new_bad_images();
+      if (out) out->bad_images(found);
+    }
   }
 
   double train_loss() {  // the epoch's mean over every rank's steps
@@ -194,7 +209,6 @@ class Training {
           ++global_step_;
           if (++steps_here_ == stop_after_steps_) g_stop_requested = true;
           p.step = step + 1;
-          p.bad_images += batch.bad_images;
           rate_samples += batch.size;
           if (dist_.is_main() && progress_.due()) {
             show_progress(epoch, p, rate_samples / seconds_since(rate_t0));
@@ -205,6 +219,7 @@ class Training {
     p.step = r.next_step;
     p.stopped = r.stopped;
     p.timing = r.timing;
+    p.bad_images = sets_.train->distinct_bad_images();
     const auto records = meter_.take_resolved(true);
     if (out) out->steps(epoch, records);
     progress_.end();
@@ -248,7 +263,7 @@ class Training {
          << " | GPU idle " << (std::isnan(t.gpu_idle) ? std::string("n/a") : fmt_ms(100 * t.gpu_idle) + "%")
          << " | mode " << train_feed_.mode() << ", pinned " << train_feed_.pinned_bytes() / (1 << 20) << " MB, RSS "
          << static_cast<int64_t>(host_rss_mb()) << " MB"
-         << (p.bad_images ? ", bad images " + std::to_string(p.bad_images) : "");
+         << (p.bad_images ? ", bad image files " + std::to_string(p.bad_images) + " (bad_images.tsv)" : "");
     if (ranks.world > 1) {
       line << " | " << ranks.world << " ranks: " << static_cast<int64_t>(ranks.global_samples_per_s)
            << " samples/s in all, per rank " << static_cast<int64_t>(ranks.samples_per_s_min) << "-"
@@ -305,7 +320,9 @@ TrainResult train(const Plan& plan, const TrainArgs& args) {
     } else {
       result.run_dir = dist.share("run_dir", dist.is_main() ? make_run_dir(plan.config.run.dir, plan.config.run.name) : "");
     }
-    if (dist.is_main()) out.emplace(plan.config, result.run_dir);
+    std::optional<ResumePoint> resumed;
+    if (!args.resume.empty()) resumed = ResumePoint{start_epoch, start_step};
+    if (dist.is_main()) out.emplace(plan.config, result.run_dir, resumed);
     training.run(out ? &*out : nullptr, start_epoch, start_step, result);
     return result;
   });

@@ -1,10 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "app/checkpoint.h"
 #include "app/lr_schedule.h"
+#include "app/signals.h"
 #include "app/trainer.h"
 #include "test_util.h"
 
@@ -48,6 +53,105 @@ TEST(Train, ResumeContinuesFromTheCheckpoint) {
   EXPECT_EQ(resumed.run_dir, first.run_dir);
   ASSERT_EQ(resumed.epochs.size(), 1u);
   EXPECT_EQ(resumed.epochs[0].epoch, 2);
+}
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> lines_of(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<int64_t> epochs_in_jsonl(const fs::path& file) {
+  std::vector<int64_t> epochs;
+  for (const std::string& line : lines_of(file)) epochs.push_back(nlohmann::json::parse(line).at("epoch").get<int64_t>());
+  return epochs;
+}
+
+std::string resume_error(const Config& config) {
+  try {
+    train(resolve_plan(config), {"last"});
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected ConfigError";
+  return "";
+}
+
+TEST(Train, ResumeRefusesAChangedBatchSizeNamingBothValues) {
+  const std::string root = test::make_dataset("train_resume_batch", 2, 8, 1, 32);
+  const std::string runs = test::fresh_dir("train_resume_batch_runs");
+  train(resolve_plan(tiny_config(root, runs, 1)), {});
+  Config changed = tiny_config(root, runs, 2);
+  apply_override(changed, "train.batch_size=8");
+  const std::string error = resume_error(changed);
+  EXPECT_NE(error.find("train.batch_size = 16, this run has 8"), std::string::npos) << error;
+}
+
+TEST(Train, ResumeRefusesAChangedDatasetSizeNamingBothValues) {
+  const std::string root = test::make_dataset("train_resume_data", 2, 8, 1, 32);
+  const std::string runs = test::fresh_dir("train_resume_data_runs");
+  train(resolve_plan(tiny_config(root, runs, 1)), {});
+  const fs::path one = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
+  fs::copy_file(one, one.parent_path() / ("added" + one.extension().string()));
+  const std::string error = resume_error(tiny_config(root, runs, 2));
+  EXPECT_NE(error.find("16 training images, the training folder now has 17"), std::string::npos) << error;
+}
+
+TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
+  const std::string root = test::make_dataset("train_bad_tsv", 2, 8, 1, 32);
+  const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not an image\tat all";
+  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_bad_tsv_runs"), 3)), {});
+  ASSERT_EQ(r.epochs.size(), 3u);
+  const std::vector<std::string> rows = lines_of(fs::path(r.run_dir) / "bad_images.tsv");
+  ASSERT_EQ(rows.size(), 2u) << "a header and one row, across 3 epochs";
+  EXPECT_EQ(rows[0], "path\treason");
+  const size_t tab = rows[1].find('\t');
+  ASSERT_NE(tab, std::string::npos);
+  EXPECT_EQ(rows[1].substr(0, tab), bad.string());
+  EXPECT_GT(rows[1].size(), tab + 1) << "a reason";
+  EXPECT_EQ(rows[1].find('\t', tab + 1), std::string::npos) << "tabs in the reason are escaped";
+  for (const std::string& line : lines_of(fs::path(r.run_dir) / "metrics.jsonl")) {
+    EXPECT_EQ(nlohmann::json::parse(line).at("bad_images"), 1) << "distinct files, not loads: " << line;
+  }
+}
+
+TEST(Train, ResumeRemovesAStaleCheckpointTempFile) {
+  const std::string root = test::make_dataset("train_stale_tmp", 2, 8, 1, 32);
+  const std::string runs = test::fresh_dir("train_stale_tmp_runs");
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {});
+  const fs::path tmp = fs::path(first.run_dir) / "last.pt.tmp";  // what kill -9 during a save leaves
+  std::ofstream(tmp) << "half a checkpoint";
+  train(resolve_plan(tiny_config(root, runs, 2)), {"last"});
+  EXPECT_FALSE(fs::exists(tmp));
+}
+
+TEST(Train, ResumeFromACheckpointOlderThanTheMetricsDoesNotRepeatRows) {
+  const std::string root = test::make_dataset("train_older_ck", 2, 8, 1, 32);
+  const std::string runs = test::fresh_dir("train_older_ck_runs");
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {});
+  const fs::path dir = first.run_dir;
+  fs::copy_file(dir / "last.pt", dir / "epoch1.pt");
+  train(resolve_plan(tiny_config(root, runs, 2)), {"last"});  // metrics now one epoch ahead of epoch1.pt
+  ASSERT_EQ(epochs_in_jsonl(dir / "metrics.jsonl"), (std::vector<int64_t>{1, 2}));
+  const TrainResult resumed = train(resolve_plan(tiny_config(root, runs, 3)), {(dir / "epoch1.pt").string()});
+  ASSERT_EQ(resumed.epochs.size(), 2u);
+  EXPECT_EQ(epochs_in_jsonl(dir / "metrics.jsonl"), (std::vector<int64_t>{1, 2, 3}));
+  const std::vector<std::string> csv = lines_of(dir / "metrics.csv");
+  ASSERT_EQ(csv.size(), 4u) << "a header and epochs 1, 2, 3";
+  for (int e = 1; e <= 3; ++e) EXPECT_EQ(csv[e].substr(0, csv[e].find(',')), std::to_string(e));
+}
+
+TEST(Train, AStopBeforeTheFirstStepSavesNothing) {
+  const std::string root = test::make_dataset("train_stop_early", 2, 8, 1, 32);
+  g_stop_requested = true;  // as a Ctrl-C between the start of the loop and the first step
+  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_stop_early_runs"), 1)), {});
+  g_stop_requested = false;
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_FALSE(fs::exists(fs::path(r.run_dir) / "last.pt"));
 }
 
 TEST(Train, LearningRateWarmsUpThenFollowsCosine) {

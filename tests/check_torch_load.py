@@ -1,0 +1,80 @@
+"""A checkpoint pinfeed wrote loads with a plain torch.load() (weights_only=True, the default since PyTorch 2.6),
+and its model is torchvision's resnet50 state dict one to one: a strict load_state_dict when torchvision is
+importable, else the names, shapes and dtypes listed in data/torchvision_resnet50_state_dict.tsv.
+
+Usage: check_torch_load.py PINFEED_EXE REFERENCE_TSV. Exits 77 (ctest: skipped) without torch.
+"""
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+SKIPPED = 77
+
+
+def reference(tsv):
+    rows = {}
+    for line in pathlib.Path(tsv).read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, shape, dtype = line.split("\t")
+            rows[name] = (tuple(int(n) for n in shape.split(",") if n), dtype)
+    return rows
+
+
+def main():
+    exe, tsv = sys.argv[1], sys.argv[2]
+    try:
+        import torch
+    except ImportError:
+        print("torch is not importable: skipped")
+        return SKIPPED
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        subprocess.run([exe, "gen-data", "--out", str(tmp / "data"), "--classes", "2", "--train-per-class", "4",
+                        "--val-per-class", "1", "--size", "32x32", "--threads", "1"], check=True)
+        config = tmp / "tiny.toml"
+        config.write_text(
+            f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'
+            '[model]\nnum_classes = 1000\n'  # torchvision's default head, so that every shape compares
+            '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 4\nlr = 0.01\nwarmup_epochs = 0\nprecision = "fp32"\n'
+            f'[pipeline]\nwarmup_steps = 0\n[run]\nname = "torchload"\ndir = "{tmp / "runs"}"\n')
+        subprocess.run([exe, "train", "-c", str(config)], check=True)
+        [path] = (tmp / "runs").glob("*/last.pt")
+
+        print(f"torch {torch.__version__}: torch.load({path.name}) with its default weights_only")
+        ck = torch.load(path)  # weights_only=True is the default from PyTorch 2.6 on
+        explicit = torch.load(path, weights_only=True)  # the same check where the default is still False
+        assert explicit.keys() == ck.keys()
+
+        assert isinstance(ck, dict), type(ck)
+        assert ck["format_version"] == 2, ck["format_version"]
+        expect = {"epoch": 1, "step_in_epoch": 0, "global_step": 2, "world_size": 1, "batch_size": 4,
+                  "train_images": 8, "steps_per_epoch": 2}
+        for key, value in expect.items():
+            assert ck[key] == value, f"{key}: {ck[key]} != {value}"
+        assert "[train]" in ck["config"]
+
+        model, want = ck["model"], reference(tsv)
+        missing, extra = sorted(set(want) - set(model)), sorted(set(model) - set(want))
+        assert not missing and not extra, f"missing {missing[:5]}, unexpected {extra[:5]}"
+        for name, (shape, dtype) in want.items():
+            t = model[name]
+            assert tuple(t.shape) == shape and str(t.dtype) == "torch." + dtype, f"{name}: {t.shape} {t.dtype}"
+            assert t.device.type == "cpu", name
+        assert set(ck["optimizer"]) <= set(model), "momentum buffers are named by parameter"
+
+        try:
+            import torchvision
+        except ImportError:
+            print(f"{len(want)} tensors match the torchvision resnet50 list (torchvision not importable)")
+            return 0
+        net = torchvision.models.resnet50(num_classes=1000)
+        net.load_state_dict(model, strict=True)
+        for name, t in net.state_dict().items():
+            assert torch.equal(t, model[name]), name
+        print(f"strict load_state_dict into torchvision {torchvision.__version__} resnet50: {len(model)} tensors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+// Ctrl-C and SIGTERM: during start-up the first ends the process at once (130); in training the first asks to
+// stop and a second ends the process at once, removing the temp file of a write in progress.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "app/signals.h"
+#include "test_util.h"
+
+namespace pinfeed::app {
+namespace {
+
+TEST(Signals, TheFirstSignalDuringStartUpExitsAt130) {
+  EXPECT_EXIT(
+      {
+        install_signal_handlers();
+        std::raise(SIGINT);
+        std::exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(130), "");
+}
+
+TEST(Signals, TheFirstSignalInTrainingOnlyRequestsAStop) {
+  EXPECT_EXIT(
+      {
+        install_signal_handlers();
+        training_started();
+        std::raise(SIGTERM);
+        std::exit(g_stop_requested ? 7 : 0);
+      },
+      ::testing::ExitedWithCode(7), "");
+}
+
+TEST(Signals, ASecondSignalDuringAnAtomicWriteRemovesItsTempFile) {
+  const std::string tmp = test::fresh_dir("signal_tmp") + "/last.pt.tmp";
+  EXPECT_EXIT(
+      {
+        install_signal_handlers();
+        training_started();
+        std::raise(SIGINT);
+        RemoveOnSignal guard(tmp);
+        std::ofstream(tmp) << "half a checkpoint";
+        std::raise(SIGINT);
+        std::exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(130), "");
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+}
+
+}  // namespace
+}  // namespace pinfeed::app
