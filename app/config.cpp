@@ -180,7 +180,7 @@ const std::vector<Key>& keys() {
       key("data.hflip", &C::data, &DataConfig::hflip, "random horizontal flip in training"),
       key("data.crop_decode", &C::data, &DataConfig::crop_decode, "JPEG: decode only the crop region (libjpeg-turbo), DCT-scaled 1/2..1/8 when the crop allows; false: full OpenCV decode"),
       key("data.workers", &C::data, &DataConfig::workers, "decode threads; 0 = cores - 3 (cores - 1 on 4 cores or fewer); at most 4 x cores", between(0, kMaxWorkers)),
-      key("data.prefetch_batches", &C::data, &DataConfig::prefetch_batches, "batches decoded ahead of the training loop; the ring (this + 2 batches, train and val) must fit in half the RAM", between(1, kMaxPrefetchBatches)),
+      key("data.prefetch_batches", &C::data, &DataConfig::prefetch_batches, "batches decoded ahead of the training loop, across the end of an epoch too; the ring (this + 2 batches, train and val) must fit in half the RAM", between(1, kMaxPrefetchBatches)),
       key("data.on_bad_image", &C::data, &DataConfig::on_bad_image, "a corrupt image is replaced and counted (skip) or stops the run (fail)", one_of({"skip", "fail"})),
       key("data.max_image_pixels", &C::data, &DataConfig::max_image_pixels, "an image whose header declares more pixels is a bad image (on_bad_image applies), refused before decoding; 0 = no limit", at_least<int64_t>(0)),
       key("model.arch", &C::model, &ModelConfig::arch, "network", one_of({"resnet50"})),
