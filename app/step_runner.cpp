@@ -5,6 +5,7 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -106,13 +107,24 @@ at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& 
     static_images_.copy_(images);
     static_labels_.copy_(labels);
     graph_ = std::make_unique<gpu::Graph>();
-    // Warm-up steps run with lr 0 (weights unchanged); their momentum is then cleared, so the first replay
-    // is the first real step. They do update BN running statistics three times on this batch.
+    // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but momentum and BN's
+    // running statistics would move. What they held before (a resumed run's restored momentum and statistics, or
+    // no momentum yet) is put back afterwards, in place: the graph holds these very tensors.
+    std::vector<at::Tensor> buffers = model_->buffers(), saved_buffers;
+    for (const auto& b : buffers) saved_buffers.push_back(b.clone());
+    std::map<std::string, at::Tensor> saved_momentum;
+    for (const auto& [name, momentum] : optimizer_->state()) saved_momentum[name] = momentum.clone();
     graph_->capture(*stream_, 3, [this] {
       static_loss_ = forward_backward(static_images_, static_labels_);
       optimizer_->step(lr_);
     });
-    optimizer_->zero_momentum();
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
+    if (saved_momentum.empty()) {
+      optimizer_->zero_momentum();  // the first replay then steps as a first step does (buffer = gradient)
+    } else {
+      for (auto& [name, momentum] : optimizer_->state()) momentum.copy_(saved_momentum.at(name));
+    }
   } else {
     static_images_.copy_(images);
     static_labels_.copy_(labels);
