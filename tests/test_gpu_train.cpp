@@ -17,15 +17,21 @@ Config config(bool graph, const std::string& precision) {
                              "gpu_train.toml");
 }
 
-TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
-  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+// Six batches of 16 random 64 px images (channels_last) and labels of 10 classes, on cuda:0.
+std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> random_batches(uint64_t seed) {
   const c10::Device cuda(c10::kCUDA, 0);
-  at::manual_seed(3);
+  at::manual_seed(seed);
   std::vector<at::Tensor> images, labels;
   for (int i = 0; i < 6; ++i) {
     images.push_back(at::randn({16, 3, 64, 64}, at::TensorOptions().device(cuda)).contiguous(c10::MemoryFormat::ChannelsLast));
     labels.push_back(at::randint(10, {16}, at::TensorOptions().device(cuda).dtype(at::kLong)));
   }
+  return {images, labels};
+}
+
+TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const auto [images, labels] = random_batches(3);
   for (const char* precision : {"fp32", "bf16"}) {
     StepRunner eager(resolve_plan(config(false, precision)), 10), graphed(resolve_plan(config(true, precision)), 10);
     for (int i = 0; i < 6; ++i) {
@@ -41,13 +47,7 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
 // warm-up steps with lr 0, then the captured one) must neither clear the one nor move the other.
 TEST(GpuTrain, CudaGraphResumeKeepsTheRestoredMomentumAndBatchNormStatistics) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
-  const c10::Device cuda(c10::kCUDA, 0);
-  at::manual_seed(5);
-  std::vector<at::Tensor> images, labels;
-  for (int i = 0; i < 6; ++i) {
-    images.push_back(at::randn({16, 3, 64, 64}, at::TensorOptions().device(cuda)).contiguous(c10::MemoryFormat::ChannelsLast));
-    labels.push_back(at::randint(10, {16}, at::TensorOptions().device(cuda).dtype(at::kLong)));
-  }
+  const auto [images, labels] = random_batches(5);
   const Plan plan = resolve_plan(config(true, "fp32"));
   StepRunner whole(plan, 10);
   for (int i = 0; i < 6; ++i) whole.train_step(images[i], labels[i], 0.05);
