@@ -94,7 +94,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   loop.dist = &dist;
   loop.device = row.plan.device;
   loop.stream = row.plan.compute_stream;
-  const double lr = row.plan.config.train.lr;
+  const double lr = row.plan.schedule.lr;
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
   if (row.kind == RowKind::kLoaderOnly) {
