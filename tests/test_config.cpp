@@ -14,12 +14,7 @@ namespace {
 const char* kBase = "[data]\nroot = \"/data\"\n";
 
 std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_config_string(text, "cfg.toml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return test::message_of<ConfigError>([&] { parse_config_string(text, "cfg.toml", overrides); });
 }
 
 TEST(Config, ParsesEverySectionIntoOptionStructs) {
@@ -171,12 +166,7 @@ TEST(Config, MissingFileIsAConfigError) {
 }
 
 std::string load_error(const std::string& path) {
-  try {
-    load_config(path);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return test::message_of<ConfigError>([&] { load_config(path); });
 }
 
 TEST(Config, ConfigPathThatIsNotARegularFileIsRefused) {

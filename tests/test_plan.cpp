@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "app/plan.h"
+#include "test_util.h"
 
 namespace pinfeed::app {
 namespace {
@@ -14,12 +15,7 @@ Config cpu_config(std::vector<std::string> overrides = {}) {
 }
 
 std::string plan_error(const Config& c) {
-  try {
-    resolve_plan(c);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return test::message_of<ConfigError>([&] { resolve_plan(c); });
 }
 
 TEST(Plan, MaxImagePixelsReachesTheTransformOptions) {

@@ -43,6 +43,17 @@ inline std::string make_dataset(const std::string& name, int classes = 3, int tr
   return o.out;
 }
 
+// What `body` throws as an Error, or "" when it throws nothing: for tests of error messages.
+template <class Error, class Body>
+std::string message_of(Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Uniform noise, BGR: the worst case for JPEG size and decode time.
 inline cv::Mat noise_image(int w, int h) {
   cv::Mat m(h, w, CV_8UC3);
