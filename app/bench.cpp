@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/version.h>
 
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,11 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   }
   const StepLoopResult r = run_steps(feeder, meter, loop, train_step);
   feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
+  if (const auto d = feeder.decode_stats()) {
+    log::info("  nvJPEG: " + std::to_string(d->hardware) + " images on the hardware engines, " + std::to_string(d->hybrid) +
+              " hybrid, " + std::to_string(d->cpu_fallback) + " refused and decoded on the CPU; decode buffer peak " +
+              fixed(d->peak_buffer_bytes / 1048576.0, 1) + " MB");
+  }
   return sample_of(r.timing, feeder.mode());
 }
 
@@ -138,6 +144,7 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
             {"channels_last", c.train.channels_last}, {"transfer_dtype", c.pipeline.transfer_dtype},
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
+            {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"},
             {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
             {"repeats", a.repeats}};
   if (plan.device.is_cuda()) {
@@ -161,12 +168,16 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("--steps", a.steps, "timed steps per repeat")->check(CLI::Range(1, 1000000));
   cmd.add_option("--out", a.out, "output folder (table.md, bench.csv, bench.json)");
   cmd.add_option("--reference", a.reference, "JSON from scripts/reference_pytorch.py to show alongside");
+  cmd.add_option("--decoder", a.decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
+      ->check(CLI::IsMember({"cpu", "nvjpeg", "auto"}));
   cmd.add_option("overrides", a.overrides, "section.key=value config overrides");
 }
 
 int run_bench(const BenchArgs& a) {
   install_signal_handlers();
-  const Plan plan = resolve_plan(load_config(a.config, a.overrides), dist_env_from_environment());
+  std::vector<std::string> overrides = a.overrides;
+  if (!a.decoder.empty()) overrides.push_back("data.decoder=\"" + a.decoder + "\"");
+  const Plan plan = resolve_plan(load_config(a.config, overrides), dist_env_from_environment());
   const std::vector<Row> rows = plan_rows(plan, a.modes);
   Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
   return dist.guard([&] { return bench_rows(plan, rows, dist, a); });
@@ -177,6 +188,13 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   dist.agree("config", to_toml(plan.config), "config");
   configure_backend(plan);
   const Datasets sets = open_datasets(plan, /*with_val=*/false);
+  if (plan.transform.gpu_decode) {
+    // A file meant for the GPU is checked by libjpeg once per run (data/dataset.h); done here with every core, so
+    // that the rows time the steady state a run reaches after its first epoch.
+    const auto t0 = std::chrono::steady_clock::now();
+    sets.train->check_gpu_files(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    log::info("checked the JPEGs the GPU decodes once, on the CPU: " + fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1) + " s");
+  }
   StepRunner runner(plan, sets.num_classes, &dist);
   std::string out_dir;
   if (dist.is_main()) {

@@ -21,6 +21,7 @@ struct BenchArgs {
   int steps = 100;
   std::string out;        // output folder; default runs/bench-<timestamp>
   std::string reference;  // JSON written by scripts/reference_pytorch.py, shown alongside
+  std::string decoder;    // data.decoder, if given
   std::vector<std::string> overrides;
 };
 

@@ -32,6 +32,7 @@ struct DataConfig {
   int64_t prefetch_batches = 4;
   std::string on_bad_image = "skip";
   int64_t max_image_pixels = 100'000'000;  // data::TransformOptions::max_image_pixels; 0: no limit
+  std::string decoder = "cpu";  // cpu | nvjpeg | auto
 };
 
 struct ModelConfig {

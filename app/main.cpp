@@ -34,9 +34,10 @@ int print_config_help() {
 }
 
 std::vector<std::string> with_cli_overrides(std::vector<std::string> overrides, const std::string& mode,
-                                            const std::string& device) {
+                                            const std::string& device, const std::string& decoder) {
   if (!mode.empty()) overrides.push_back("pipeline.mode=\"" + mode + "\"");
   if (!device.empty()) overrides.push_back("train.device=\"" + device + "\"");
+  if (!decoder.empty()) overrides.push_back("data.decoder=\"" + decoder + "\"");
   return overrides;
 }
 
@@ -47,11 +48,13 @@ int run(int argc, char** argv) {
   cli.set_version_flag("--version", "pinfeed 0.1.0");
 
   auto* train = cli.add_subcommand("train", "train ResNet-50 from a TOML config");
-  std::string config_path, mode, device, resume;
+  std::string config_path, mode, device, decoder, resume;
   std::vector<std::string> overrides;
   train->add_option("--config,-c", config_path, "TOML config file")->required();
   train->add_option("--mode", mode, "transfer mode preset: " + pipeline::preset_names());
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
+  train->add_option("--decoder", decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
+      ->check(CLI::IsMember({"cpu", "nvjpeg", "auto"}));
   train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name)");
   int64_t stop_after_steps = 0;
   train->add_option("--stop-after-steps", stop_after_steps, "stop as on Ctrl-C after N steps (tests)")
@@ -103,7 +106,7 @@ int run(int argc, char** argv) {
   if (*bench) return app::run_bench(bench_args);
 
   app::install_signal_handlers();
-  const app::Config config = app::load_config(config_path, with_cli_overrides(overrides, mode, device));
+  const app::Config config = app::load_config(config_path, with_cli_overrides(overrides, mode, device, decoder));
   const app::TrainResult result = app::train(app::resolve_plan(config, app::dist_env_from_environment()), {resume, stop_after_steps});
   if (result.interrupted) return app::kExitInterrupted;
   if (result.main_rank && !result.epochs.empty()) {

@@ -12,6 +12,7 @@
 
 #include "pipeline/gpu.h"
 #include "pipeline/host_ring.h"
+#include "pipeline/jpeg_decoder.h"
 
 namespace pinfeed::app {
 namespace {
@@ -168,6 +169,23 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   if (p.device.is_cuda()) {
     gpu::set_device(p.device.index());
     p.compute_stream = gpu::current_stream(p.device);
+  }
+
+  // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
+  // cross as uint8 whatever the mode (pipeline.transfer_dtype = "float32" set explicitly is a contradiction).
+  const std::string nvjpeg_problem = gpu::JpegDecoder::unavailable_reason();
+  p.transform.gpu_decode = c.data.decoder == "nvjpeg" || (c.data.decoder == "auto" && p.device.is_cuda() && nvjpeg_problem.empty());
+  if (p.transform.gpu_decode) {
+    if (!p.device.is_cuda()) {
+      throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" needs a CUDA device (device is " +
+                        p.device.str() + ")");
+    }
+    if (!nvjpeg_problem.empty()) throw ConfigError(location_of(c, "data.decoder") + ": nvJPEG unavailable: " + nvjpeg_problem);
+    if (c.locations.count("pipeline.transfer_dtype") && p.pipeline.transfer_dtype != pipeline::TransferDtype::kUint8) {
+      throw ConfigError(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"" + c.pipeline.transfer_dtype +
+                        "\" contradicts data.decoder = \"nvjpeg\" (the GPU decodes to uint8 and normalises there); drop it or use \"uint8\"");
+    }
+    p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
   }
 
   p.data_root = expand_user(c.data.root);

@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 
+#include "data/encoded_image.h"
+
 namespace pinfeed::data {
 
 // Completion of the last reader of a buffer (a CUDA event after an asynchronous copy, in the pipeline).
@@ -19,6 +21,7 @@ class Fence {
 struct BatchMemory {
   void* images = nullptr;     // batch_size images in the loader's PixelFormat, back to back
   int64_t* labels = nullptr;  // (batch_size,)
+  EncodedImage* encoded = nullptr;  // (batch_size,) when the GPU decodes (TransformOptions::gpu_decode), else null
 };
 
 class BatchArena {

@@ -2,6 +2,9 @@
 
 #include <optional>
 #include <stdexcept>
+#include <thread>
+
+#include "data/jpeg_check.h"
 
 #include "data/error.h"
 #include "common/log.h"
@@ -10,15 +13,75 @@ namespace pinfeed::data {
 namespace {
 constexpr int kMaxReplacements = 16;
 constexpr int64_t kLoggedBadImages = 20;  // distinct files; then only the count
+// Larger JPEGs are decoded on the CPU: bounds one image's decode buffer on the GPU at 48 MB (RGB).
+constexpr int64_t kMaxGpuPixels = int64_t{4096} * 4096;
 }  // namespace
 
 Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, BadImagePolicy on_bad_image)
-    : folder_(std::move(folder)), transform_(transform), train_(train), on_bad_image_(on_bad_image) {}
+    : folder_(std::move(folder)), transform_(transform), train_(train), on_bad_image_(on_bad_image) {
+  if (transform_.gpu_decode) {
+    if (transform_.format != PixelFormat::kUint8Hwc) throw std::invalid_argument("GPU decode needs uint8 pixels");
+    checked_ = std::make_unique<std::atomic<uint8_t>[]>(folder_.samples.size());
+    for (size_t i = 0; i < folder_.samples.size(); ++i) checked_[i].store(0, std::memory_order_relaxed);
+  }
+}
 
-void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, DecodeScratch& scratch) const {
+bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
+  const std::vector<uint8_t>& file = encoded->bytes;
+  JpegInfo info;
+  if (!parse_jpeg_info(file.data(), file.size(), &info)) return false;  // PNG, odd header: the CPU path says why
+  const std::string too_big = pixel_limit_error(info.width, info.height, transform_.max_image_pixels);
+  if (!too_big.empty()) throw std::runtime_error(too_big);
+  const GpuDecode kind = gpu_decode_for(info, kMaxGpuPixels);
+  if (kind == GpuDecode::kNone) return false;
+  if (!checked_[index].load(std::memory_order_acquire)) {
+    check_jpeg(file.data(), file.size(), transform_.max_image_pixels, scratch.region);  // throws if bad
+    checked_[index].store(1, std::memory_order_release);
+  }
+  encoded->kind = kind;
+  encoded->width = info.width;
+  encoded->height = info.height;
+  encoded->box = train_ ? sample_train_crop(info.width, info.height, transform_, rng)
+                        : val_crop(info.width, info.height, transform_);
+  encoded->reduction = transform_.crop_decode ? reduction_for(encoded->box, transform_.size) : 1;
+  return true;
+}
+
+void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, DecodeScratch& scratch,
+                       EncodedImage* encoded) const {
   SampleRng rng(stream_seed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
+  if (encoded) {
+    encoded->kind = GpuDecode::kNone;
+    read_file(folder_.samples[index].path, encoded->bytes);
+    if (stage_for_gpu(index, rng, scratch, encoded)) return;
+    decode_into(encoded->bytes.data(), encoded->bytes.size(), train_, transform_, rng, scratch, dst);
+    return;
+  }
   read_file(folder_.samples[index].path, scratch.file);
   decode_into(scratch.file.data(), scratch.file.size(), train_, transform_, rng, scratch, dst);
+}
+
+void Dataset::check_gpu_files(int threads) const {
+  if (!checked_) return;
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    DecodeScratch scratch;
+    EncodedImage encoded;
+    for (int64_t i = next++; i < size(); i = next++) {
+      if (checked_[i].load(std::memory_order_acquire)) continue;
+      try {
+        read_file(folder_.samples[i].path, encoded.bytes);
+        SampleRng rng(0);
+        stage_for_gpu(i, rng, scratch, &encoded);
+      } catch (const std::exception&) {
+        // Left unchecked: load() meets it again, then names, counts and replaces it as on the CPU path.
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
 }
 
 int64_t Dataset::record_bad_image(int64_t index, const std::string& reason) const {
@@ -40,13 +103,16 @@ std::vector<BadImage> Dataset::take_new_bad_images() const {
   return out;
 }
 
-int Dataset::load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label,
-                  DecodeScratch& scratch) const {
+int Dataset::load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label, DecodeScratch& scratch,
+                  EncodedImage* encoded) const {
+  if (transform_.gpu_decode != (encoded != nullptr)) {
+    throw std::logic_error("Dataset::load: an EncodedImage is needed exactly when the GPU decodes");
+  }
   std::optional<SampleRng> replacement_rng;  // seeded only when an image turns out bad
   int64_t current = index;
   for (int replaced = 0; replaced <= kMaxReplacements; ++replaced) {
     try {
-      load_one(current, seed, epoch, dst, scratch);
+      load_one(current, seed, epoch, dst, scratch, encoded);
       *label = folder_.samples[current].label;
       return replaced;
     } catch (const std::exception& e) {

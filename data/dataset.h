@@ -1,12 +1,15 @@
 // An image folder plus its transform: turns a sample index into pixels in a batch slot.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "data/encoded_image.h"
 #include "data/image_folder.h"
 #include "data/transforms.h"
 
@@ -34,7 +37,15 @@ class Dataset {
   // replaced by another sample chosen from the same seed (policy skip) or raises DataError naming the file and
   // the reason (policy fail). Returns the number of bad loads on the way: a replacement that is also bad counts
   // too, and a bad file counts again each time it is loaded. Thread-safe: workers call it concurrently.
-  int load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label, DecodeScratch& scratch) const;
+  // With transform().gpu_decode, a JPEG the GPU takes is not decoded: its bytes, size, crop box and decoder go
+  // to *encoded (required then) and dst is left alone; anything else is decoded into dst (encoded->kind kNone).
+  // A file meant for the GPU is first checked once per run on the CPU (check_jpeg: the same policy as decoding
+  // it here), so that bad files are found, named and replaced exactly as on the CPU path.
+  int load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label, DecodeScratch& scratch,
+           EncodedImage* encoded = nullptr) const;
+  // Checks every JPEG the GPU would decode that is not checked yet, with `threads` threads, recording bad files
+  // as load() would (the bench calls it so that its rows time the steady state, not the first pass).
+  void check_gpu_files(int threads) const;
 
   // Bad files are recorded once each, with the reason of their first failure, however often they are loaded
   // (every epoch, or as a replacement of another bad file). Both calls are thread-safe and may run while
@@ -46,7 +57,10 @@ class Dataset {
   std::vector<BadImage> take_new_bad_images() const;
 
  private:
-  void load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, DecodeScratch& scratch) const;
+  void load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, DecodeScratch& scratch,
+                EncodedImage* encoded) const;
+  // Leaves the file in encoded->bytes for the GPU if it takes it (true), checking it once first; else false.
+  bool stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const;
   // Records sample `index` as bad; returns the number of distinct bad files if it is new, else 0.
   int64_t record_bad_image(int64_t index, const std::string& reason) const;
 
@@ -57,6 +71,9 @@ class Dataset {
   mutable std::mutex bad_mutex_;                 // guards the two below
   mutable std::unordered_set<int64_t> bad_seen_;  // sample indices found bad
   mutable std::vector<BadImage> bad_new_;         // found since the last take_new_bad_images()
+  // gpu_decode: which files passed check_jpeg already (1), one flag per sample, set once by whichever worker
+  // checked it first.
+  std::unique_ptr<std::atomic<uint8_t>[]> checked_;
 };
 
 }  // namespace pinfeed::data

@@ -199,7 +199,8 @@ void Loader::worker_loop() {
     Batch& b = task.pending->batch;
     try {
       auto* dst = static_cast<uint8_t*>(b.memory.images) + task.position * image_bytes;
-      bad = dataset_->load(task.sample, options_.seed, epoch, dst, b.memory.labels + task.position, scratch);
+      data::EncodedImage* encoded = b.memory.encoded ? b.memory.encoded + task.position : nullptr;
+      bad = dataset_->load(task.sample, options_.seed, epoch, dst, b.memory.labels + task.position, scratch, encoded);
     } catch (const DataError&) {
       error = std::current_exception();
     } catch (const std::exception& e) {

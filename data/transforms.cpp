@@ -85,14 +85,6 @@ bool peek_jpeg(const uint8_t* d, size_t n, int* w, int* h) {
   return false;
 }
 
-// Picks the largest libjpeg DCT scale-down (8, 4, 2) that keeps the crop at least `size` on both sides.
-int reduction_for(const CropBox& box, int size) {
-  for (int r : {8, 4, 2}) {
-    if (box.w / r >= size && box.h / r >= size) return r;
-  }
-  return 1;
-}
-
 // BGR uint8 (S, S, 3) -> the batch slot, flipping on the way when asked.
 void write_pixels(const cv::Mat& bgr, bool flip, const TransformOptions& o, void* dst) {
   const int s = o.size;
@@ -133,6 +125,13 @@ void write_pixels(const cv::Mat& bgr, bool flip, const TransformOptions& o, void
 
 }  // namespace
 
+int reduction_for(const CropBox& box, int size) {
+  for (int r : {8, 4, 2}) {
+    if (box.w / r >= size && box.h / r >= size) return r;
+  }
+  return 1;
+}
+
 bool peek_image_size(const uint8_t* d, size_t n, int* w, int* h) {
   if (n >= 4 && d[0] == 0xFF && d[1] == 0xD8) return peek_jpeg(d, n, w, h);
   if (n >= 24 && std::memcmp(d, kPngSignature, 8) == 0) {
@@ -149,8 +148,11 @@ std::string pixel_limit_error(int64_t width, int64_t height, int64_t max_pixels)
          " pixels, over the limit max_image_pixels = " + std::to_string(max_pixels);
 }
 
-void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& o, SampleRng& rng,
-                 DecodeScratch& scratch, void* dst) {
+namespace {
+
+// decode_into, or decode_box_into when `given` is set (then the header must be readable).
+void decode(const uint8_t* file, size_t file_size, bool train, const TransformOptions& o, SampleRng* rng,
+            const CropBox* given, DecodeScratch& scratch, void* dst) {
   const bool jpeg = file_size >= 2 && file[0] == 0xFF && file[1] == 0xD8;
   const bool png = !jpeg && file_size >= 8 && std::memcmp(file, kPngSignature, 8) == 0;
   if (!jpeg && !png) throw std::runtime_error("not a JPEG or PNG file");
@@ -161,8 +163,9 @@ void decode_into(const uint8_t* file, size_t file_size, bool train, const Transf
     const std::string too_big = pixel_limit_error(width, height, o.max_image_pixels);
     if (!too_big.empty()) throw std::runtime_error(too_big);
   }
+  if (given && !known) throw std::runtime_error("unreadable image header");
   CropBox box;
-  if (known) box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
+  if (known) box = given ? *given : train ? sample_train_crop(width, height, o, *rng) : val_crop(width, height, o);
   const cv::Rect rect(box.x, box.y, box.w, box.h);
 
   // JPEG: decode only the crop's region (and at a reduced DCT scale when the crop is large).
@@ -196,7 +199,7 @@ void decode_into(const uint8_t* file, size_t file_size, bool train, const Transf
   if (!known) {  // unusual header: draw the crop from the decoded size
     width = full.cols;
     height = full.rows;
-    box = train ? sample_train_crop(width, height, o, rng) : val_crop(width, height, o);
+    box = train ? sample_train_crop(width, height, o, *rng) : val_crop(width, height, o);
   } else if (full.cols != width || full.rows != height) {
     throw std::runtime_error("image header size disagrees with decoded size");
   }
@@ -204,6 +207,18 @@ void decode_into(const uint8_t* file, size_t file_size, bool train, const Transf
   if (roi.empty()) throw std::runtime_error("empty crop");
   cv::resize(full(roi), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
   write_pixels(scratch.resized, box.flip, o, dst);
+}
+
+}  // namespace
+
+void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& o, SampleRng& rng,
+                 DecodeScratch& scratch, void* dst) {
+  decode(file, file_size, train, o, &rng, nullptr, scratch, dst);
+}
+
+void decode_box_into(const uint8_t* file, size_t file_size, const CropBox& box, const TransformOptions& o,
+                     DecodeScratch& scratch, void* dst) {
+  decode(file, file_size, false, o, nullptr, &box, scratch, dst);
 }
 
 void read_file(const std::string& path, std::vector<uint8_t>& out) {

@@ -35,6 +35,9 @@ struct TransformOptions {
   // of BGR per worker (Pillow refuses at 179 MP, 2x its warning level; we leave less room). 0: no limit.
   int64_t max_image_pixels = 100'000'000;
   PixelFormat format = PixelFormat::kFloat32Chw;
+  // data.decoder = "nvjpeg": JPEGs the GPU takes are left encoded for it (Dataset::load fills an EncodedImage),
+  // the rest are decoded here as usual. Needs format kUint8Hwc: the device writes uint8 pixels beside them.
+  bool gpu_decode = false;
   float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet, RGB
   float std[3] = {0.229f, 0.224f, 0.225f};
 };
@@ -48,6 +51,10 @@ struct CropBox {
 CropBox sample_train_crop(int width, int height, const TransformOptions& options, SampleRng& rng);
 // Resize shorter side to size/ratio then centre crop `size`, expressed as one box in source pixels.
 CropBox val_crop(int width, int height, const TransformOptions& options);
+
+// The largest libjpeg DCT scale-down (8, 4, 2, else 1) that keeps the crop at least `size` on both sides: the
+// crop-region decode shrinks by it for free, and the GPU path averages blocks of it to give the same pixels.
+int reduction_for(const CropBox& box, int size);
 
 // Width and height from a JPEG (SOFn) or PNG (IHDR) header without decoding; false if not found.
 bool peek_image_size(const uint8_t* data, size_t size, int* width, int* height);
@@ -73,6 +80,11 @@ struct DecodeScratch {
 // - a PNG that OpenCV cannot decode, or whose decoded size disagrees with its header.
 void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& options,
                  SampleRng& rng, DecodeScratch& scratch, void* dst);
+
+// decode_into with the crop already drawn from the header's size: the GPU path's CPU fallback, for a file the GPU
+// decoder did not take. Same checks and errors.
+void decode_box_into(const uint8_t* file, size_t file_size, const CropBox& box, const TransformOptions& options,
+                     DecodeScratch& scratch, void* dst);
 
 // Reads a whole file into `out`; throws std::runtime_error with the OS error.
 void read_file(const std::string& path, std::vector<uint8_t>& out);

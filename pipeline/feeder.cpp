@@ -4,6 +4,7 @@
 #include <ATen/ops/tensor.h>
 #include <c10/core/StreamGuard.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -40,6 +41,10 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
     throw std::invalid_argument(std::string("the dataset decodes to ") + (u8_pixels ? "uint8" : "float32") +
                                 " but pipeline.transfer_dtype is " + to_string(options_.transfer_dtype));
   }
+  if (dataset->transform().gpu_decode) {
+    if (!cuda_) throw std::invalid_argument("GPU JPEG decode needs a CUDA device");
+    decoder_ = std::make_unique<gpu::JpegDecoder>(feeder_options_.device, dataset->transform());
+  }
   const int slots = feeder_options_.ring_slots > 0 ? feeder_options_.ring_slots : loader_options.prefetch_batches + 2;
   make_ring(*dataset, loader_options.batch_size, slots);
   loader_ = std::make_unique<data::Loader>(std::move(dataset), loader_options, ring_.get());
@@ -75,6 +80,7 @@ Feeder::~Feeder() {
 
 void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slots) {
   const SampleFormat sample = sample_format(dataset.transform());
+  const bool encoded = dataset.transform().gpu_decode;
   if (options_.pin_memory) {
     const int64_t want = ring_bytes(slots, batch_size, dataset.image_bytes());
     const int64_t budget_mb = options_.pinned_budget_mb > 0 ? options_.pinned_budget_mb : default_pinned_budget_mb();
@@ -84,7 +90,7 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
             std::to_string(budget_mb);
     } else {
       try {
-        ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/true);
+        ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/true, encoded);
         return;
       } catch (const std::exception& e) {
         why = std::string("page-locked allocation failed: ") + e.what();
@@ -94,7 +100,7 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
     options_.pin_memory = options_.non_blocking = false;
     options_.prefetch = Prefetch::kNone;
   }
-  ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/false);
+  ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/false, encoded);
 }
 
 void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
@@ -211,12 +217,29 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   out.timing.h2d_begin = events_.get();
   out.timing.h2d_end = events_.get();
   out.timing.h2d_begin->record(*stream);
-  device_slot.copy_(host, options_.non_blocking);
+  if (decoder_) {
+    // The labels, the pixels of any sample the CPU decoded (PNG, CMYK, ...), then the GPU decodes the rest into
+    // the same images. The slot (its EncodedImage bytes too) is fenced on all of it.
+    const std::vector<data::EncodedImage>& encoded = ring_->encoded(batch->slot);
+    const bool cpu_pixels = std::any_of(encoded.begin(), encoded.begin() + batch->size,
+                                        [](const data::EncodedImage& e) { return e.kind == data::GpuDecode::kNone; });
+    const SlotLayout& layout = ring_->layout();
+    const int64_t from = cpu_pixels ? 0 : layout.labels_offset;
+    device_slot.narrow(0, from, host.numel() - from).copy_(host.narrow(0, from, host.numel() - from), options_.non_blocking);
+    decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), *stream);
+  } else {
+    device_slot.copy_(host, options_.non_blocking);
+  }
   out.timing.h2d_end->record(*stream);
   loader_->recycle(*batch, std::make_shared<EventFence>(out.timing.h2d_end));
   out.images = to_model_layout(ring_->layout().images(device_slot).narrow(0, 0, batch->size));
   out.labels = ring_->layout().labels(device_slot).narrow(0, 0, batch->size);
   return out;
+}
+
+std::optional<gpu::JpegDecodeStats> Feeder::decode_stats() const {
+  if (!decoder_) return std::nullopt;
+  return decoder_->stats();
 }
 
 std::optional<DeviceBatch> Feeder::next() {

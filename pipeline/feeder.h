@@ -19,6 +19,7 @@
 #include "pipeline/batch_source.h"
 #include "pipeline/gpu.h"
 #include "pipeline/host_ring.h"
+#include "pipeline/jpeg_decoder.h"
 #include "pipeline/options.h"
 #include "pipeline/step_meter.h"
 
@@ -55,6 +56,8 @@ class Feeder : public BatchSource {
   int workers() const { return loader_->workers(); }
   const data::Loader& loader() const { return *loader_; }
   const HostRing& ring() const { return *ring_; }
+  // The GPU decoder's counts (data.decoder = "nvjpeg"), nullopt when the CPU decodes.
+  std::optional<gpu::JpegDecodeStats> decode_stats() const;
 
  private:
   struct Copied {  // one item of the copier's queue; no batch and no error: the epoch is over
@@ -78,6 +81,7 @@ class Feeder : public BatchSource {
   std::optional<data::Batch> held_;  // CPU: batch in use by the model, recycled at the next call
   gpu::EventPool events_;
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
+  std::unique_ptr<gpu::JpegDecoder> decoder_;  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
 
   // dual_stream copier
   std::optional<c10::Stream> copy_stream_;

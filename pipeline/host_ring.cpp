@@ -39,8 +39,9 @@ at::Tensor SlotLayout::labels(const at::Tensor& slot_bytes) const {
 }
 
 HostRing::HostRing(int slots, int64_t batch_size, const std::vector<int64_t>& sample_shape, c10::ScalarType dtype,
-                   bool pinned)
+                   bool pinned, bool encoded)
     : layout_(batch_size, sample_shape, dtype), pinned_(pinned) {
+  if (encoded) encoded_.resize(slots, std::vector<data::EncodedImage>(batch_size));
   for (int i = 0; i < slots; ++i) {
     slots_.push_back(pinned ? gpu::pinned_empty({layout_.bytes}, c10::kByte)
                             : at::empty({layout_.bytes}, at::TensorOptions().dtype(c10::kByte)));
@@ -50,7 +51,8 @@ HostRing::HostRing(int slots, int64_t batch_size, const std::vector<int64_t>& sa
 
 data::BatchMemory HostRing::memory(int slot) {
   auto* base = static_cast<uint8_t*>(slots_[slot].data_ptr());
-  return {base, reinterpret_cast<int64_t*>(base + layout_.labels_offset)};
+  return {base, reinterpret_cast<int64_t*>(base + layout_.labels_offset),
+          encoded_.empty() ? nullptr : encoded_[slot].data()};
 }
 
 std::optional<int> HostRing::try_acquire() {

@@ -41,9 +41,10 @@ SampleFormat sample_format(const data::TransformOptions& transform);
 class HostRing : public data::BatchArena {
  public:
   // Each slot: images (batch_size, sample_shape...) of `dtype`, labels (batch_size,) int64.
-  // pinned: allocated with gpu::pinned_empty (throws if that fails).
+  // pinned: allocated with gpu::pinned_empty (throws if that fails). encoded: each slot also holds batch_size
+  // EncodedImage records, for a dataset that leaves JPEGs to the GPU (TransformOptions::gpu_decode).
   HostRing(int slots, int64_t batch_size, const std::vector<int64_t>& sample_shape, c10::ScalarType dtype,
-           bool pinned);
+           bool pinned, bool encoded = false);
 
   bool pinned() const { return pinned_; }
   int64_t bytes() const { return layout_.bytes * slots(); }  // everything allocated
@@ -51,6 +52,7 @@ class HostRing : public data::BatchArena {
   at::Tensor slot_bytes(int slot) const { return slots_[slot]; }  // (layout().bytes,) uint8
   at::Tensor images(int slot) const { return layout_.images(slots_[slot]); }
   at::Tensor labels(int slot) const { return layout_.labels(slots_[slot]); }
+  const std::vector<data::EncodedImage>& encoded(int slot) const { return encoded_[slot]; }  // empty unless encoded
 
   // data::BatchArena
   int slots() const override { return static_cast<int>(slots_.size()); }
@@ -62,6 +64,7 @@ class HostRing : public data::BatchArena {
  private:
   SlotLayout layout_;
   std::vector<at::Tensor> slots_;
+  std::vector<std::vector<data::EncodedImage>> encoded_;  // per slot, when encoded
   bool pinned_;
   std::mutex mutex_;
   std::deque<int> free_;                                              // reusable now

@@ -38,6 +38,12 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     "$venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy
     touch "$venv/.complete"
   fi
+  # nvJPEG (data.decoder = "nvjpeg"): the CUDA toolkit's where it has one, else the nvidia-nvjpeg wheel's beside
+  # torch (CPU machines' toolkits lack it; CMake finds it there). Its 13.0 series matches the CUDA 13.0 toolkit.
+  if [ ! -f /usr/local/cuda/include/nvjpeg.h ] && ! compgen -G "$venv/lib/python*/site-packages/nvidia/cu13/include/nvjpeg.h" >/dev/null; then
+    step "installing nvidia-nvjpeg into $venv"
+    "$venv/bin/pip" install -q "nvidia-nvjpeg==13.0.*"
+  fi
   CMAKE_PREFIX_PATH=$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 fi
 export CMAKE_PREFIX_PATH

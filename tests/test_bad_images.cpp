@@ -18,103 +18,19 @@
 #include "data/error.h"
 #include "data/jpeg_check.h"
 #include "data/transforms.h"
+#include "image_cases.h"
 #include "test_util.h"
 
 namespace pinfeed::data {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using test::Bytes;
+using test::Case;
+using test::base_jpeg;
+using test::corrupt_files;
+using test::unusual_valid_files;
 
 
-
-// libjpeg directly, for what OpenCV 4.6 cannot write: CMYK and 4:4:4 chroma sampling.
-Bytes encode_libjpeg(const cv::Mat& bgr, bool cmyk) {
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr err;
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &out, &size);
-  cinfo.image_width = bgr.cols;
-  cinfo.image_height = bgr.rows;
-  cinfo.input_components = cmyk ? 4 : 3;
-  cinfo.in_color_space = cmyk ? JCS_CMYK : JCS_EXT_BGR;
-  jpeg_set_defaults(&cinfo);  // CMYK in, CMYK (Adobe) out; else YCbCr
-  jpeg_set_quality(&cinfo, 90, TRUE);
-  if (!cmyk) cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;  // 4:4:4
-  jpeg_start_compress(&cinfo, TRUE);
-  std::vector<uint8_t> row(static_cast<size_t>(bgr.cols) * cinfo.input_components);
-  for (int y = 0; y < bgr.rows; ++y) {
-    for (int x = 0; x < bgr.cols; ++x) {
-      const cv::Vec3b px = bgr.at<cv::Vec3b>(y, x);
-      for (int c = 0; c < cinfo.input_components; ++c) row[x * cinfo.input_components + c] = c < 3 ? px[c] : 40;
-    }
-    JSAMPROW r = row.data();
-    jpeg_write_scanlines(&cinfo, &r, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  Bytes bytes(out, out + size);
-  std::free(out);
-  return bytes;
-}
-
-// Offset of the first byte of entropy-coded data (after the first SOS segment).
-size_t entropy_start(const Bytes& jpg) {
-  for (size_t i = 2; i + 3 < jpg.size(); ++i) {
-    if (jpg[i] == 0xFF && jpg[i + 1] == 0xDA) return i + 2 + ((jpg[i + 2] << 8) | jpg[i + 3]);
-  }
-  ADD_FAILURE() << "no SOS marker";
-  return 0;
-}
-
-// XORs `count` entropy bytes from `at` on, leaving 0xFF bytes and the byte after each alone and never making a
-// new 0xFF, so the damage is to the Huffman data only, not to the marker structure.
-Bytes damage_entropy(Bytes jpg, size_t at, size_t count, uint8_t mask) {
-  for (size_t i = at; count > 0 && i + 2 < jpg.size(); ++i) {
-    if (jpg[i] == 0xFF || jpg[i - 1] == 0xFF || (jpg[i] ^ mask) == 0xFF) continue;
-    jpg[i] ^= mask;
-    --count;
-  }
-  return jpg;
-}
-
-// Portrait and high-entropy, so the entropy data is spread evenly over the rows and the bottom tenth of it lies
-// well below the val crop (rows 144..368 of 512) and below most train crops.
-const Bytes& base_jpeg() {
-  static const Bytes jpg = test::encode(test::noise_image(256, 512), ".jpg", {cv::IMWRITE_JPEG_QUALITY, 90});
-  return jpg;
-}
-
-struct Case {
-  std::string name;
-  Bytes bytes;
-};
-
-std::vector<Case> corrupt_files() {
-  const Bytes& good = base_jpeg();
-  const size_t start = entropy_start(good), end = good.size() - 2;  // end: the EOI marker
-  std::vector<Case> cases;
-  {  // cut short, then the end-of-image marker put back: libjpeg pads the rest with grey silently
-    Bytes b(good.begin(), good.begin() + start + (end - start) * 6 / 10);
-    b.push_back(0xFF);
-    b.push_back(0xD9);
-    cases.push_back({"truncated_with_eoi", b});
-  }
-  {  // cut short in the last rows, below any val crop, EOI put back
-    Bytes b(good.begin(), good.begin() + start + (end - start) * 97 / 100);
-    b.push_back(0xFF);
-    b.push_back(0xD9);
-    cases.push_back({"truncated_near_the_end_with_eoi", b});
-  }
-  cases.push_back({"truncated_without_eoi", Bytes(good.begin(), good.begin() + (start + end) / 2)});
-  cases.push_back({"entropy_damaged_below_the_crop", damage_entropy(good, start + (end - start) * 9 / 10, 8, 0x5A)});
-  cases.push_back({"garbage_after_sos", damage_entropy(good, start, 200, 0xA7)});
-  cases.push_back({"zero_bytes", Bytes{}});
-  cases.push_back({"not_an_image", Bytes{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'}});
-  return cases;
-}
 
 // A JPEG header claiming 30000x30000 in front of a tiny body: ~1 KB that would cost 2.7 GB to decode.
 Bytes jpeg_bomb() {
@@ -235,41 +151,6 @@ TEST(BadImages, PixelLimitIsAnOptionAndZeroMeansNone) {
   EXPECT_NO_THROW(decode_into(jpg.data(), jpg.size(), true, o, rng, scratch, out.data()));
   o.max_image_pixels = 0;
   EXPECT_NO_THROW(decode_into(jpg.data(), jpg.size(), true, o, rng, scratch, out.data()));
-}
-
-// APP1 "Exif" with one IFD entry, orientation = 6 (rotate 90), inserted right after SOI.
-Bytes with_exif(Bytes jpg) {
-  const Bytes tiff = {'M', 'M', 0, 42, 0, 0, 0, 8,                 // big-endian TIFF header, IFD at 8
-                      0, 1,                                        // one entry
-                      0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0,    // Orientation, SHORT, 1, value 6
-                      0, 0, 0, 0};                                 // no next IFD
-  Bytes app1 = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
-  app1.insert(app1.end(), tiff.begin(), tiff.end());
-  const size_t len = app1.size() - 2;
-  app1[2] = static_cast<uint8_t>(len >> 8);
-  app1[3] = static_cast<uint8_t>(len & 0xFF);
-  jpg.insert(jpg.begin() + 2, app1.begin(), app1.end());
-  return jpg;
-}
-
-std::vector<Case> unusual_valid_files() {
-  const cv::Mat img = test::noise_image(200, 150);
-  cv::Mat gray;
-  cv::cvtColor(img, gray, cv::COLOR_BGR2GRAY);
-  Bytes trailing = test::encode(img, ".jpg");
-  trailing.insert(trailing.end(), 3000, 0x00);  // some writers append data after EOI; more than the old 1 KB window
-  return {
-      {"baseline_420", test::encode(img, ".jpg")},
-      {"progressive", test::encode(img, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})},
-      {"grayscale", test::encode(gray, ".jpg")},
-      {"restart_markers", test::encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})},
-      {"sampling_444", encode_libjpeg(img, false)},
-      {"cmyk", encode_libjpeg(img, true)},
-      {"exif_orientation", with_exif(test::encode(img, ".jpg"))},
-      {"bytes_after_eoi", trailing},
-      {"png", test::encode(img, ".png")},
-      {"grayscale_png", test::encode(gray, ".png")},
-  };
 }
 
 TEST(BadImages, UnusualValidFilesAreAcceptedOnEveryDecodePath) {

@@ -1,0 +1,233 @@
+// JpegDecoder on nvJPEG. Baseline JPEGs go to the hardware engines through the batched API (one call per chunk
+// of a batch); the rest the hardware does not take (progressive, other subsamplings) to nvJPEG's default
+// single-image decoder (hybrid: Huffman on this thread, the rest on the GPU); a file nvJPEG refuses after all is
+// decoded on the CPU with the same crop. Then one kernel resizes every crop into the batch (crop_resize.cu).
+#include "pipeline/jpeg_decoder.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <nvjpeg.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "common/log.h"
+#include "pipeline/cuda/crop_resize.h"
+
+namespace pinfeed::gpu {
+namespace {
+
+const char* status_name(nvjpegStatus_t s) {
+  switch (s) {
+    case NVJPEG_STATUS_SUCCESS: return "success";
+    case NVJPEG_STATUS_NOT_INITIALIZED: return "not initialized";
+    case NVJPEG_STATUS_INVALID_PARAMETER: return "invalid parameter";
+    case NVJPEG_STATUS_BAD_JPEG: return "bad JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED: return "JPEG not supported";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE: return "allocator failure";
+    case NVJPEG_STATUS_EXECUTION_FAILED: return "execution failed";
+    case NVJPEG_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case NVJPEG_STATUS_INTERNAL_ERROR: return "internal error";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: return "implementation not supported";
+    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM: return "incomplete bitstream";
+  }
+  return "unknown status";
+}
+
+void check(nvjpegStatus_t s, const char* what) {
+  if (s != NVJPEG_STATUS_SUCCESS) throw std::runtime_error(std::string("nvJPEG ") + what + ": " + status_name(s));
+}
+
+size_t rgb_bytes(const data::EncodedImage& e) { return static_cast<size_t>(e.width) * e.height * 3; }
+
+}  // namespace
+
+struct JpegDecoder::Impl {
+  c10::Device device;
+  data::TransformOptions transform;
+  int64_t budget_bytes;
+  nvjpegHandle_t hardware = nullptr;  // null where the GPU has no JPEG engines
+  nvjpegJpegState_t hardware_state = nullptr;
+  int hardware_batch = -1;  // the batch size nvjpegDecodeBatchedInitialize was last called with
+  nvjpegHandle_t single = nullptr;  // default backend, one image at a time
+  nvjpegJpegState_t single_state = nullptr;
+  data::DecodeScratch scratch;  // CPU fallback
+  std::vector<uint8_t> cpu_pixels;
+  mutable std::mutex stats_mutex;
+  JpegDecodeStats stats;
+
+  Impl(c10::Device d, const data::TransformOptions& t, int64_t budget) : device(d), transform(t), budget_bytes(budget) {
+    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hardware) ==
+        NVJPEG_STATUS_SUCCESS) {
+      check(nvjpegJpegStateCreate(hardware, &hardware_state), "state (hardware)");
+    } else {
+      hardware = nullptr;
+      log::warn("nvJPEG: this GPU has no hardware JPEG decoder; every JPEG goes to the hybrid decoder");
+    }
+    check(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &single), "create");
+    check(nvjpegJpegStateCreate(single, &single_state), "state");
+    stats.hardware_backend = hardware != nullptr;
+  }
+
+  ~Impl() {
+    if (single_state) nvjpegJpegStateDestroy(single_state);
+    if (single) nvjpegDestroy(single);
+    if (hardware_state) nvjpegJpegStateDestroy(hardware_state);
+    if (hardware) nvjpegDestroy(hardware);
+  }
+
+  // The CPU path's pixels for a file nvJPEG refused, copied into its sample of `out` (a blocking copy from
+  // pageable memory: rare, and the buffer is free for the next one when it returns).
+  void decode_on_cpu(const data::EncodedImage& e, int64_t index, const at::Tensor& out) {
+    const size_t bytes = data::bytes_per_image(data::PixelFormat::kUint8Hwc, transform.size);
+    cpu_pixels.resize(bytes);
+    data::decode_box_into(e.bytes.data(), e.bytes.size(), e.box, transform, scratch, cpu_pixels.data());
+    const at::Tensor host = at::from_blob(cpu_pixels.data(), {transform.size, transform.size, 3}, at::kByte);
+    out[index].copy_(host);
+  }
+
+  void decode_chunk(const data::EncodedImage* images, const std::vector<int64_t>& chunk, const at::Tensor& out,
+                    cudaStream_t stream, JpegDecodeStats& counts) {
+    size_t total = 0;
+    std::vector<size_t> offset;
+    for (int64_t i : chunk) {
+      offset.push_back(total);
+      total += (rgb_bytes(images[i]) + 255) / 256 * 256;
+    }
+    const at::Tensor buffer = at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kByte).device(device));
+    counts.peak_buffer_bytes = std::max<int64_t>(counts.peak_buffer_bytes, static_cast<int64_t>(total));
+    auto* base = buffer.data_ptr<uint8_t>();
+    auto destination = [&](size_t k) {
+      nvjpegImage_t d{};
+      d.channel[0] = base + offset[k];
+      d.pitch[0] = static_cast<size_t>(images[chunk[k]].width) * 3;
+      return d;
+    };
+
+    std::vector<char> decoded(chunk.size(), 0);
+    // The hardware engines: every baseline image of the chunk in one call.
+    std::vector<size_t> batch;  // positions in chunk
+    if (hardware) {
+      for (size_t k = 0; k < chunk.size(); ++k) {
+        if (images[chunk[k]].kind == data::GpuDecode::kHardware) batch.push_back(k);
+      }
+    }
+    if (!batch.empty()) {
+      std::vector<const unsigned char*> data;
+      std::vector<size_t> lengths;
+      std::vector<nvjpegImage_t> destinations;
+      for (size_t k : batch) {
+        data.push_back(images[chunk[k]].bytes.data());
+        lengths.push_back(images[chunk[k]].bytes.size());
+        destinations.push_back(destination(k));
+      }
+      const int n = static_cast<int>(batch.size());
+      nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
+      if (n != hardware_batch) {
+        s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
+        hardware_batch = s == NVJPEG_STATUS_SUCCESS ? n : -1;
+      }
+      if (s == NVJPEG_STATUS_SUCCESS) {
+        s = nvjpegDecodeBatched(hardware, hardware_state, data.data(), lengths.data(), destinations.data(), stream);
+      }
+      if (s == NVJPEG_STATUS_SUCCESS) {
+        for (size_t k : batch) decoded[k] = 1;
+        counts.hardware += n;
+      } else {
+        hardware_batch = -1;  // re-initialise after a failed batch, as nvJPEG asks
+        log::warn(std::string("nvJPEG hardware batch of ") + std::to_string(n) + " failed (" + status_name(s) +
+                  "); decoding its images one at a time");
+      }
+    }
+    // One at a time: the rest, and a hardware batch that failed.
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      if (decoded[k]) continue;
+      const data::EncodedImage& e = images[chunk[k]];
+      nvjpegImage_t d = destination(k);
+      if (nvjpegDecode(single, single_state, e.bytes.data(), e.bytes.size(), NVJPEG_OUTPUT_RGBI, &d, stream) ==
+          NVJPEG_STATUS_SUCCESS) {
+        decoded[k] = 1;
+        ++counts.hybrid;
+      } else {
+        decode_on_cpu(e, chunk[k], out);
+        ++counts.cpu_fallback;
+      }
+    }
+
+    std::vector<CropResizeJob> jobs;
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      if (!decoded[k]) continue;
+      const data::EncodedImage& e = images[chunk[k]];
+      // The crop in the shrunk image, exactly as the CPU path's region decode computes it (jpeg_region.cpp).
+      const int r = e.reduction;
+      const int shrunk_w = (e.width + r - 1) / r, shrunk_h = (e.height + r - 1) / r;
+      const int x = std::clamp(e.box.x / r, 0, shrunk_w - 1), y = std::clamp(e.box.y / r, 0, shrunk_h - 1);
+      const int w = std::clamp(e.box.w / r, 1, shrunk_w - x), h = std::clamp(e.box.h / r, 1, shrunk_h - y);
+      jobs.push_back({base + offset[k], e.width * 3, e.width, e.height, r, x, y, w, h, e.box.flip ? 1 : 0,
+                      static_cast<int>(chunk[k])});
+    }
+    if (jobs.empty()) return;
+    const int64_t job_bytes = static_cast<int64_t>(jobs.size() * sizeof(CropResizeJob));
+    const at::Tensor job_buffer = at::empty({job_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+    // From pageable memory: staged before the call returns, so `jobs` may go at once.
+    C10_CUDA_CHECK(cudaMemcpyAsync(job_buffer.data_ptr(), jobs.data(), job_bytes, cudaMemcpyHostToDevice, stream));
+    crop_resize(reinterpret_cast<const CropResizeJob*>(job_buffer.data_ptr()), static_cast<int>(jobs.size()),
+                out.data_ptr<uint8_t>(), transform.size, stream);
+  }
+};
+
+std::string JpegDecoder::unavailable_reason() {
+  return c10::cuda::device_count() > 0 ? "" : "no CUDA device";
+}
+
+JpegDecoder::JpegDecoder(c10::Device device, const data::TransformOptions& transform, int64_t budget_bytes) {
+  const c10::cuda::CUDAGuard guard(device);
+  impl_ = std::make_unique<Impl>(device, transform, budget_bytes);
+}
+
+JpegDecoder::~JpegDecoder() = default;
+
+void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const at::Tensor& out,
+                         const c10::Stream& stream) {
+  if (!out.is_cuda() || out.scalar_type() != at::kByte || !out.is_contiguous() || out.dim() != 4 ||
+      out.size(1) != impl_->transform.size || out.size(3) != 3 || out.size(0) < count) {
+    throw std::invalid_argument("JpegDecoder::decode: out must be a contiguous (B, S, S, 3) uint8 CUDA tensor");
+  }
+  const c10::cuda::CUDAStream cuda_stream(stream);
+  const c10::cuda::CUDAStreamGuard guard(cuda_stream);  // the buffers below are allocated on, and used by, it
+  JpegDecodeStats counts;
+  // Chunks of images whose full-size RGB fits the budget (an image over it alone is a chunk of its own).
+  std::vector<int64_t> chunk;
+  size_t chunk_bytes = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (images[i].kind == data::GpuDecode::kNone) continue;
+    const size_t bytes = rgb_bytes(images[i]);
+    if (!chunk.empty() && chunk_bytes + bytes > static_cast<size_t>(impl_->budget_bytes)) {
+      impl_->decode_chunk(images, chunk, out, cuda_stream.stream(), counts);
+      chunk.clear();
+      chunk_bytes = 0;
+    }
+    chunk.push_back(i);
+    chunk_bytes += bytes;
+  }
+  if (!chunk.empty()) impl_->decode_chunk(images, chunk, out, cuda_stream.stream(), counts);
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  impl_->stats.hardware += counts.hardware;
+  impl_->stats.hybrid += counts.hybrid;
+  impl_->stats.cpu_fallback += counts.cpu_fallback;
+  impl_->stats.peak_buffer_bytes = std::max(impl_->stats.peak_buffer_bytes, counts.peak_buffer_bytes);
+}
+
+JpegDecodeStats JpegDecoder::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  return impl_->stats;
+}
+
+}  // namespace pinfeed::gpu

@@ -1,0 +1,53 @@
+// GPU JPEG decode (data.decoder = "nvjpeg"): a batch's JPEGs, left encoded by the loader's workers
+// (data::EncodedImage), are decoded by nvJPEG and each one's crop is resized, flipped and written into the batch's
+// uint8 (B, S, S, 3) device tensor, beside the pixels the CPU decoded for the rest. No CUDA types here: the nvJPEG
+// code is in cuda/jpeg_decoder.cpp, the resize kernel in cuda/crop_resize.cu.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/encoded_image.h"
+#include "data/transforms.h"
+
+namespace pinfeed::gpu {
+
+struct JpegDecodeStats {  // since construction
+  int64_t hardware = 0;      // images decoded by the hardware engines (batched)
+  int64_t hybrid = 0;        // by nvJPEG's hybrid decoder, one at a time
+  int64_t cpu_fallback = 0;  // meant for the GPU but refused by nvJPEG: decoded on the CPU (decode_box_into)
+  int64_t peak_buffer_bytes = 0;  // largest decode buffer (full-size RGB of a chunk of images)
+  bool hardware_backend = false;  // the hardware engines exist on this GPU
+};
+
+class JpegDecoder {
+ public:
+  // Empty when nvJPEG can decode on this machine; else why not (built without it, no CUDA device).
+  static std::string unavailable_reason();
+
+  // transform: the dataset's (output size, crop_decode). budget_bytes: bound on one chunk's decode buffer (the
+  // full-size RGB images decoded at once); a batch over it is decoded in several chunks.
+  JpegDecoder(c10::Device device, const data::TransformOptions& transform, int64_t budget_bytes = int64_t{512} << 20);
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  // Issues on `stream` the decode of every images[i] whose kind is not kNone and writes it into out[i]
+  // ((B, S, S, 3) uint8, contiguous, on the device); other samples of `out` are left alone. The host returns once
+  // the work is issued (and nvJPEG's host-side parsing done); buffers are stream-ordered. Throws
+  // std::runtime_error only if even the CPU fallback fails for a file (it was checked by libjpeg before).
+  void decode(const data::EncodedImage* images, int64_t count, const at::Tensor& out, const c10::Stream& stream);
+
+  JpegDecodeStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pinfeed::gpu

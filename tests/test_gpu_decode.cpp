@@ -1,0 +1,142 @@
+// GPU JPEG decode (ctest label "gpu"; skipped without CUDA): nvJPEG's pixels against the CPU path's for the same
+// files and crops, each kind of file on its documented path, and a Feeder decoding on the GPU giving the CPU
+// Feeder's batches.
+#include <gtest/gtest.h>
+
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/sub.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "decode_cases.h"
+#include "pipeline/feeder.h"
+#include "pipeline/gpu.h"
+#include "pipeline/jpeg_decoder.h"
+
+namespace pinfeed::pipeline {
+namespace {
+
+#define SKIP_WITHOUT_NVJPEG()                                                                      \
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";                                          \
+  if (!gpu::JpegDecoder::unavailable_reason().empty()) GTEST_SKIP() << gpu::JpegDecoder::unavailable_reason()
+
+const c10::Device kCuda(c10::kCUDA, 0);
+
+// Mean absolute difference, in uint8 levels, that the GPU path may show against the CPU path per image. They
+// differ in chroma upsampling (libjpeg-turbo's fancy upsampling vs nvJPEG's), in the IDCT, and where the CPU
+// shrinks by a DCT scale the GPU averages blocks; on smooth images that is about one level.
+constexpr double kMaxMeanAbsDiff = 3.0;
+
+TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
+  SKIP_WITHOUT_NVJPEG();
+  const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/false);
+  const data::ImageFolder folder = test::write_folder("gpu_decode_pixels", files);
+  const int64_t n = static_cast<int64_t>(files.size());
+  for (bool train : {true, false}) {
+    for (bool crop_decode : {true, false}) {
+      data::TransformOptions o;
+      o.size = 96;
+      o.format = data::PixelFormat::kUint8Hwc;
+      o.crop_decode = crop_decode;
+      const data::Dataset cpu(folder, o, train, data::BadImagePolicy::kFail);
+      o.gpu_decode = true;
+      const data::Dataset gpu_ds(folder, o, train, data::BadImagePolicy::kFail);
+      gpu::JpegDecoder decoder(kCuda, o, /*budget_bytes=*/8 << 20);  // small: several chunks per batch
+      const c10::Stream stream = gpu::new_stream(kCuda);
+      for (int64_t epoch = 0; epoch < 2; ++epoch) {
+        std::vector<data::EncodedImage> encoded(n);
+        const size_t bytes = cpu.image_bytes();
+        std::vector<uint8_t> expected(n * bytes), staged(n * bytes, 0);
+        data::DecodeScratch scratch;
+        int64_t label = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          cpu.load(i, 3, epoch, expected.data() + i * bytes, &label, scratch);
+          gpu_ds.load(i, 3, epoch, staged.data() + i * bytes, &label, scratch, &encoded[i]);
+        }
+        // The samples the CPU decoded cross as they are; a sentinel elsewhere shows what the GPU wrote.
+        at::Tensor out = at::full({n, o.size, o.size, 3}, 7, at::TensorOptions().dtype(at::kByte).device(kCuda));
+        for (int64_t i = 0; i < n; ++i) {
+          if (encoded[i].kind == data::GpuDecode::kNone) {
+            out[i].copy_(at::from_blob(staged.data() + i * bytes, {o.size, o.size, 3}, at::kByte));
+          }
+        }
+        decoder.decode(encoded.data(), n, out, stream);
+        gpu::synchronize(stream);
+        const at::Tensor got = out.cpu();
+        for (int64_t i = 0; i < n; ++i) {
+          const uint8_t* g = got.data_ptr<uint8_t>() + i * bytes;
+          const uint8_t* e = expected.data() + i * bytes;
+          double sum = 0;
+          int worst = 0;
+          for (size_t k = 0; k < bytes; ++k) {
+            const int d = std::abs(int{g[k]} - int{e[k]});
+            sum += d;
+            worst = std::max(worst, d);
+          }
+          const double mad = sum / static_cast<double>(bytes);
+          std::printf("%-24s %-5s crop_decode=%d reduction=%d kind=%d  MAD %.2f  max %d\n", files[i].name.c_str(),
+                      train ? "train" : "val", crop_decode, encoded[i].reduction, static_cast<int>(encoded[i].kind),
+                      mad, worst);
+          EXPECT_LE(mad, kMaxMeanAbsDiff) << files[i].name << (train ? ", train" : ", val") << ", epoch " << epoch;
+        }
+      }
+      const gpu::JpegDecodeStats s = decoder.stats();
+      EXPECT_EQ(s.cpu_fallback, 0);
+      EXPECT_GT(s.hybrid, 0);  // the progressive files
+      if (s.hardware_backend) EXPECT_GT(s.hardware, 0);
+      EXPECT_GT(s.peak_buffer_bytes, 0);
+      EXPECT_LE(s.peak_buffer_bytes, (8 << 20) + 1600 * 1200 * 3 + 256 * n);  // the budget, or one image over it
+    }
+  }
+}
+
+TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
+  SKIP_WITHOUT_NVJPEG();
+  const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/true);
+  const data::ImageFolder folder = test::write_folder("gpu_decode_feeder", files);
+  data::LoaderOptions lo;
+  lo.batch_size = 8;
+  lo.workers = 2;
+  lo.seed = 11;
+  FeederOptions fo;
+  fo.device = kCuda;
+  fo.compute_stream = gpu::current_stream(kCuda);
+  fo.channels_last = true;
+  PipelineOptions po;
+  apply_preset(*find_preset("dual_stream"), po);
+  po.transfer_dtype = TransferDtype::kUint8;
+  std::map<bool, std::vector<at::Tensor>> images, labels;
+  std::map<bool, int> bad;
+  for (bool on_gpu : {false, true}) {
+    data::TransformOptions o;
+    o.size = 64;
+    o.format = data::PixelFormat::kUint8Hwc;
+    o.gpu_decode = on_gpu;
+    auto ds = std::make_shared<data::Dataset>(folder, o, true, data::BadImagePolicy::kSkip);
+    Feeder feeder(ds, lo, po, fo);
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      feeder.start_epoch(epoch);
+      while (auto b = feeder.next()) {
+        images[on_gpu].push_back(b->images.cpu());
+        labels[on_gpu].push_back(b->labels.cpu());
+        bad[on_gpu] += b->bad_images;
+      }
+    }
+    EXPECT_EQ(feeder.decode_stats().has_value(), on_gpu);
+  }
+  ASSERT_EQ(images[true].size(), images[false].size());
+  EXPECT_EQ(bad[true], bad[false]);
+  EXPECT_GT(bad[true], 0);
+  for (size_t k = 0; k < images[true].size(); ++k) {
+    EXPECT_TRUE(labels[true][k].equal(labels[false][k])) << "batch " << k;
+    // Normalised values: one uint8 level is 1 / (255 * std) ~ 0.017.
+    const double mad = images[true][k].sub(images[false][k]).abs().mean().item().toDouble() * 255 * 0.226;
+    EXPECT_LE(mad, kMaxMeanAbsDiff) << "batch " << k;
+  }
+}
+
+}  // namespace
+}  // namespace pinfeed::pipeline

@@ -1,0 +1,124 @@
+// The CPU half of GPU decode (data.decoder = "nvjpeg"): which files the GPU takes, and that a sample left encoded
+// carries exactly the crop the CPU path draws, while bad files are found, counted and replaced exactly as there.
+#include <gtest/gtest.h>
+
+#include "data/error.h"
+#include "data/jpeg_header.h"
+#include "decode_cases.h"
+
+namespace pinfeed::data {
+namespace {
+
+GpuDecode kind_of(const test::Bytes& bytes) {
+  JpegInfo info;
+  if (!parse_jpeg_info(bytes.data(), bytes.size(), &info)) return GpuDecode::kNone;
+  return gpu_decode_for(info, 0);
+}
+
+TEST(JpegHeader, EachKindOfFileGoesToTheDecoderThatTakesIt) {
+  for (const test::NamedFile& f : test::decode_cases(false)) {
+    GpuDecode want = GpuDecode::kHardware;
+    if (f.name.rfind("progressive", 0) == 0) want = GpuDecode::kHybrid;
+    if (f.name == "cmyk" || f.name == "png") want = GpuDecode::kNone;
+    EXPECT_EQ(kind_of(f.bytes), want) << f.name;
+  }
+  JpegInfo info;
+  const test::Bytes jpg = test::encode(test::smooth_image(64, 48, 1), ".jpg");
+  ASSERT_TRUE(parse_jpeg_info(jpg.data(), jpg.size(), &info));
+  EXPECT_EQ(info.width, 64);
+  EXPECT_EQ(info.height, 48);
+  EXPECT_EQ(info.components, 3);
+  EXPECT_EQ(info.sampling[0], 0x22);  // OpenCV writes 4:2:0
+  EXPECT_EQ(gpu_decode_for(info, 64 * 48 - 1), GpuDecode::kNone);  // over the GPU's pixel bound: the CPU
+  EXPECT_FALSE(parse_jpeg_info(jpg.data(), 20, &info));  // cut before the frame header
+}
+
+// What a sample becomes through the GPU path's CPU half: the CPU's pixels when it decoded them, else the CPU
+// decoding the EncodedImage's file with its box (decode_box_into, the same geometry the GPU uses).
+std::vector<uint8_t> staged_pixels(const Dataset& ds, int64_t index, uint64_t seed, int64_t epoch, int* bad,
+                                   int64_t* label, EncodedImage* encoded) {
+  std::vector<uint8_t> pixels(ds.image_bytes(), 0);
+  DecodeScratch scratch;
+  *bad = ds.load(index, seed, epoch, pixels.data(), label, scratch, encoded);
+  if (encoded->kind != GpuDecode::kNone) {
+    decode_box_into(encoded->bytes.data(), encoded->bytes.size(), encoded->box, ds.transform(), scratch, pixels.data());
+  }
+  return pixels;
+}
+
+TEST(GpuStaging, EverySampleGetsTheCpuPathsCropAndBadFilesTheCpuPathsReplacement) {
+  const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/true);
+  const ImageFolder folder = test::write_folder("gpu_staging", files);
+  for (bool train : {true, false}) {
+    TransformOptions o;
+    o.size = 64;
+    o.format = PixelFormat::kUint8Hwc;
+    const Dataset cpu(folder, o, train, BadImagePolicy::kSkip);
+    o.gpu_decode = true;
+    const Dataset gpu(folder, o, train, BadImagePolicy::kSkip);
+    test::SampleReader reader(cpu);
+    std::vector<uint8_t> cpu_pixels(cpu.image_bytes());
+    DecodeScratch scratch;
+    int left_encoded = 0;
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      for (int64_t i = 0; i < static_cast<int64_t>(files.size()); ++i) {
+        int64_t cpu_label = -1, gpu_label = -2;
+        const int cpu_bad = cpu.load(i, 7, epoch, cpu_pixels.data(), &cpu_label, scratch);
+        int gpu_bad = 0;
+        EncodedImage encoded;
+        const std::vector<uint8_t> gpu_pixels = staged_pixels(gpu, i, 7, epoch, &gpu_bad, &gpu_label, &encoded);
+        EXPECT_EQ(gpu_bad, cpu_bad) << files[i].name;
+        EXPECT_EQ(gpu_label, cpu_label) << files[i].name;
+        EXPECT_EQ(gpu_pixels, cpu_pixels) << files[i].name << (train ? ", train" : ", val") << ", epoch " << epoch;
+        left_encoded += encoded.kind != GpuDecode::kNone;
+      }
+    }
+    EXPECT_GT(left_encoded, 0);
+    EXPECT_EQ(gpu.distinct_bad_images(), cpu.distinct_bad_images());
+    EXPECT_EQ(gpu.distinct_bad_images(), static_cast<int64_t>(test::corrupt_files().size()));
+  }
+}
+
+TEST(GpuStaging, ABadFileStopsTheRunUnderPolicyFailAsOnTheCpuPath) {
+  const std::vector<test::NamedFile> files = {{"good", test::encode(test::smooth_image(80, 60, 2), ".jpg")},
+                                              {"bad", test::corrupt_files()[0].bytes, true}};
+  const ImageFolder folder = test::write_folder("gpu_staging_fail", files);
+  TransformOptions o;
+  o.size = 32;
+  o.format = PixelFormat::kUint8Hwc;
+  o.gpu_decode = true;
+  const Dataset ds(folder, o, true, BadImagePolicy::kFail);
+  int bad = 0;
+  int64_t label = 0;
+  EncodedImage encoded;
+  EXPECT_NO_THROW(staged_pixels(ds, 0, 0, 0, &bad, &label, &encoded));
+  EXPECT_EQ(encoded.kind, GpuDecode::kHardware);
+  const std::string message = test::message_of<DataError>([&] { staged_pixels(ds, 1, 0, 0, &bad, &label, &encoded); });
+  EXPECT_NE(message.find(folder.samples[1].path), std::string::npos) << message;
+  EXPECT_NE(message.find("libjpeg"), std::string::npos) << message;
+}
+
+TEST(GpuStaging, ThePrePassChecksEachFileOnceAndLeavesBadOnesToLoad) {
+  const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/true);
+  const ImageFolder folder = test::write_folder("gpu_staging_prepass", files);
+  TransformOptions o;
+  o.size = 32;
+  o.format = PixelFormat::kUint8Hwc;
+  o.gpu_decode = true;
+  const Dataset ds(folder, o, true, BadImagePolicy::kSkip);
+  ds.check_gpu_files(2);
+  EXPECT_EQ(ds.distinct_bad_images(), 0);  // found, not yet named: load() names and counts them as it meets them
+  int bad = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(files.size()); ++i) {
+    int b = 0;
+    int64_t label = 0;
+    EncodedImage encoded;
+    staged_pixels(ds, i, 0, 0, &b, &label, &encoded);
+    bad += files[i].bad ? 1 : 0;
+    EXPECT_EQ(b > 0, files[i].bad) << files[i].name;
+  }
+  EXPECT_EQ(ds.distinct_bad_images(), bad);
+}
+
+}  // namespace
+}  // namespace pinfeed::data
