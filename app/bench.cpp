@@ -142,7 +142,7 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"device", plan.device.str()}, {"cpu_cores", std::thread::hardware_concurrency()}, {"workers", workers},
             {"dataset", plan.data_root}, {"train_images", sets.train->size()},
             {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
-            {"channels_last", c.train.channels_last}, {"transfer_dtype", c.pipeline.transfer_dtype},
+            {"channels_last", c.train.channels_last}, {"transfer_dtype", pipeline::to_string(plan.pipeline.transfer_dtype)},
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
             {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"},
             {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/log.h"
 #include "pipeline/gpu.h"
 #include "pipeline/host_ring.h"
 #include "pipeline/jpeg_decoder.h"
@@ -172,7 +173,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   }
 
   // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
-  // cross as uint8 whatever the mode (pipeline.transfer_dtype = "float32" set explicitly is a contradiction).
+  // cross as uint8 whatever pipeline.transfer_dtype says.
   const std::string nvjpeg_problem = gpu::JpegDecoder::unavailable_reason();
   p.transform.gpu_decode = c.data.decoder == "nvjpeg" || (c.data.decoder == "auto" && p.device.is_cuda() && nvjpeg_problem.empty());
   if (p.transform.gpu_decode) {
@@ -181,9 +182,9 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
                         p.device.str() + ")");
     }
     if (!nvjpeg_problem.empty()) throw ConfigError(location_of(c, "data.decoder") + ": nvJPEG unavailable: " + nvjpeg_problem);
-    if (c.locations.count("pipeline.transfer_dtype") && p.pipeline.transfer_dtype != pipeline::TransferDtype::kUint8) {
-      throw ConfigError(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"" + c.pipeline.transfer_dtype +
-                        "\" contradicts data.decoder = \"nvjpeg\" (the GPU decodes to uint8 and normalises there); drop it or use \"uint8\"");
+    if (p.pipeline.transfer_dtype != pipeline::TransferDtype::kUint8 && c.locations.count("pipeline.transfer_dtype")) {
+      log::warn(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"" + c.pipeline.transfer_dtype +
+                "\" does not apply with data.decoder = \"nvjpeg\": the GPU decodes to uint8 and normalises there");
     }
     p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
   }

@@ -148,8 +148,9 @@ class Training {
   void announce(const std::string& run_dir) const {
     log::info("run " + run_dir + ": " + std::to_string(sets_.train->size()) + " train images, " +
               std::to_string(sets_.num_classes) + " classes, device " + plan_.device.str() + ", mode " +
-              train_feed_.mode() + " (transfer " + config_.pipeline.transfer_dtype + "), " +
-              std::to_string(train_feed_.workers()) + " workers, " + std::to_string(steps_per_epoch_) +
+              train_feed_.mode() + " (transfer " + pipeline::to_string(plan_.pipeline.transfer_dtype) + "), " +
+              std::to_string(train_feed_.workers()) + " workers" +
+              (plan_.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch_) +
               " steps/epoch, precision " + config_.train.precision + (runner_.graphed() ? ", CUDA graph" : "") +
               (dist_.active() ? ", " + std::to_string(dist_.world()) + " ranks (global batch " +
                                     std::to_string(config_.train.batch_size * dist_.world()) + ")"

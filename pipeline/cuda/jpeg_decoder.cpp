@@ -14,6 +14,8 @@
 #include <nvjpeg.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -45,6 +47,9 @@ void check(nvjpegStatus_t s, const char* what) {
   if (s != NVJPEG_STATUS_SUCCESS) throw std::runtime_error(std::string("nvJPEG ") + what + ": " + status_name(s));
 }
 
+bool debug() { static const bool on = std::getenv("PINFEED_DEBUG_DECODE") != nullptr; return on; }
+#define DBG(x) do { if (debug()) { std::fprintf(stderr, "[decode] %s\n", std::string(x).c_str()); std::fflush(stderr); } } while (0)
+
 size_t rgb_bytes(const data::EncodedImage& e) { return static_cast<size_t>(e.width) * e.height * 3; }
 
 }  // namespace
@@ -55,7 +60,6 @@ struct JpegDecoder::Impl {
   int64_t budget_bytes;
   nvjpegHandle_t hardware = nullptr;  // null where the GPU has no JPEG engines
   nvjpegJpegState_t hardware_state = nullptr;
-  int hardware_batch = -1;  // the batch size nvjpegDecodeBatchedInitialize was last called with
   nvjpegHandle_t single = nullptr;  // default backend, one image at a time
   nvjpegJpegState_t single_state = nullptr;
   data::DecodeScratch scratch;  // CPU fallback
@@ -129,19 +133,18 @@ struct JpegDecoder::Impl {
         destinations.push_back(destination(k));
       }
       const int n = static_cast<int>(batch.size());
-      nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
-      if (n != hardware_batch) {
-        s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
-        hardware_batch = s == NVJPEG_STATUS_SUCCESS ? n : -1;
-      }
+      DBG("hardware batch n=" + std::to_string(n));
+      // Initialised for every batch, not only when n changes: the state keeps per-image set-up from the last
+      // call, and a batch of the same size but other image sizes came out as garbage when it was reused.
+      nvjpegStatus_t s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
       if (s == NVJPEG_STATUS_SUCCESS) {
         s = nvjpegDecodeBatched(hardware, hardware_state, data.data(), lengths.data(), destinations.data(), stream);
       }
+      DBG("hardware batch done status=" + std::to_string(s));
       if (s == NVJPEG_STATUS_SUCCESS) {
         for (size_t k : batch) decoded[k] = 1;
         counts.hardware += n;
       } else {
-        hardware_batch = -1;  // re-initialise after a failed batch, as nvJPEG asks
         log::warn(std::string("nvJPEG hardware batch of ") + std::to_string(n) + " failed (" + status_name(s) +
                   "); decoding its images one at a time");
       }
@@ -173,6 +176,7 @@ struct JpegDecoder::Impl {
       jobs.push_back({base + offset[k], e.width * 3, e.width, e.height, r, x, y, w, h, e.box.flip ? 1 : 0,
                       static_cast<int>(chunk[k])});
     }
+    DBG("jobs " + std::to_string(jobs.size()));
     if (jobs.empty()) return;
     const int64_t job_bytes = static_cast<int64_t>(jobs.size() * sizeof(CropResizeJob));
     const at::Tensor job_buffer = at::empty({job_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
