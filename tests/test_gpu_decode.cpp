@@ -134,10 +134,6 @@ TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
     EXPECT_TRUE(labels[true][k].equal(labels[false][k])) << "batch " << k;
     // Normalised values: one uint8 level is 1 / (255 * std) ~ 0.017.
     const double mad = images[true][k].sub(images[false][k]).abs().mean().item().toDouble() * 255 * 0.226;
-    for (int64_t i = 0; i < images[true][k].size(0); ++i) {
-      std::printf("batch %zu sample %ld label %ld MAD %.2f\n", k, static_cast<long>(i), labels[true][k][i].item<long>(),
-                  images[true][k][i].sub(images[false][k][i]).abs().mean().item().toDouble() * 255 * 0.226);
-    }
     EXPECT_LE(mad, kMaxMeanAbsDiff) << "batch " << k;
   }
 }

@@ -14,8 +14,6 @@
 #include <nvjpeg.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -47,9 +45,6 @@ void check(nvjpegStatus_t s, const char* what) {
   if (s != NVJPEG_STATUS_SUCCESS) throw std::runtime_error(std::string("nvJPEG ") + what + ": " + status_name(s));
 }
 
-bool debug() { static const bool on = std::getenv("PINFEED_DEBUG_DECODE") != nullptr; return on; }
-#define DBG(x) do { if (debug()) { std::fprintf(stderr, "[decode] %s\n", std::string(x).c_str()); std::fflush(stderr); } } while (0)
-
 size_t rgb_bytes(const data::EncodedImage& e) { return static_cast<size_t>(e.width) * e.height * 3; }
 
 }  // namespace
@@ -59,7 +54,14 @@ struct JpegDecoder::Impl {
   data::TransformOptions transform;
   int64_t budget_bytes;
   nvjpegHandle_t hardware = nullptr;  // null where the GPU has no JPEG engines
-  nvjpegJpegState_t hardware_state = nullptr;
+  // A decode state holds host and device buffers that its work on the stream still reads after the call returns:
+  // one is not given new images before the work issued with it is done. Two, used in turn, with an event each,
+  // let one chunk be issued while the one before it decodes.
+  static constexpr int kStates = 2;
+  nvjpegJpegState_t hardware_states[kStates] = {};
+  cudaEvent_t state_done[kStates] = {};
+  bool state_used[kStates] = {};
+  int next_state = 0;
   nvjpegHandle_t single = nullptr;  // default backend, one image at a time
   nvjpegJpegState_t single_state = nullptr;
   data::DecodeScratch scratch;  // CPU fallback
@@ -70,7 +72,8 @@ struct JpegDecoder::Impl {
   Impl(c10::Device d, const data::TransformOptions& t, int64_t budget) : device(d), transform(t), budget_bytes(budget) {
     if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hardware) ==
         NVJPEG_STATUS_SUCCESS) {
-      check(nvjpegJpegStateCreate(hardware, &hardware_state), "state (hardware)");
+      for (auto& state : hardware_states) check(nvjpegJpegStateCreate(hardware, &state), "state (hardware)");
+      for (auto& event : state_done) C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     } else {
       hardware = nullptr;
       log::warn("nvJPEG: this GPU has no hardware JPEG decoder; every JPEG goes to the hybrid decoder");
@@ -83,7 +86,13 @@ struct JpegDecoder::Impl {
   ~Impl() {
     if (single_state) nvjpegJpegStateDestroy(single_state);
     if (single) nvjpegDestroy(single);
-    if (hardware_state) nvjpegJpegStateDestroy(hardware_state);
+    for (int i = 0; i < kStates; ++i) {
+      if (state_done[i]) {
+        cudaEventSynchronize(state_done[i]);
+        cudaEventDestroy(state_done[i]);
+      }
+      if (hardware_states[i]) nvjpegJpegStateDestroy(hardware_states[i]);
+    }
     if (hardware) nvjpegDestroy(hardware);
   }
 
@@ -133,14 +142,16 @@ struct JpegDecoder::Impl {
         destinations.push_back(destination(k));
       }
       const int n = static_cast<int>(batch.size());
-      DBG("hardware batch n=" + std::to_string(n));
-      // Initialised for every batch, not only when n changes: the state keeps per-image set-up from the last
-      // call, and a batch of the same size but other image sizes came out as garbage when it was reused.
-      nvjpegStatus_t s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
+      const int k_state = next_state;
+      next_state = (next_state + 1) % kStates;
+      if (state_used[k_state]) C10_CUDA_CHECK(cudaEventSynchronize(state_done[k_state]));
+      nvjpegJpegState_t state = hardware_states[k_state];
+      nvjpegStatus_t s = nvjpegDecodeBatchedInitialize(hardware, state, n, 1, NVJPEG_OUTPUT_RGBI);
       if (s == NVJPEG_STATUS_SUCCESS) {
-        s = nvjpegDecodeBatched(hardware, hardware_state, data.data(), lengths.data(), destinations.data(), stream);
+        s = nvjpegDecodeBatched(hardware, state, data.data(), lengths.data(), destinations.data(), stream);
       }
-      DBG("hardware batch done status=" + std::to_string(s));
+      C10_CUDA_CHECK(cudaEventRecord(state_done[k_state], stream));
+      state_used[k_state] = true;
       if (s == NVJPEG_STATUS_SUCCESS) {
         for (size_t k : batch) decoded[k] = 1;
         counts.hardware += n;
@@ -154,8 +165,12 @@ struct JpegDecoder::Impl {
       if (decoded[k]) continue;
       const data::EncodedImage& e = images[chunk[k]];
       nvjpegImage_t d = destination(k);
-      if (nvjpegDecode(single, single_state, e.bytes.data(), e.bytes.size(), NVJPEG_OUTPUT_RGBI, &d, stream) ==
-          NVJPEG_STATUS_SUCCESS) {
+      const nvjpegStatus_t s = nvjpegDecode(single, single_state, e.bytes.data(), e.bytes.size(), NVJPEG_OUTPUT_RGBI, &d, stream);
+      // The single-image state is reused by the next call: let this image's device work finish first (the hybrid
+      // path is for the few files the engines do not take). Without it, the first of two progressive files in a
+      // chunk came out as garbage on the H200.
+      C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (s == NVJPEG_STATUS_SUCCESS) {
         decoded[k] = 1;
         ++counts.hybrid;
       } else {
@@ -176,7 +191,6 @@ struct JpegDecoder::Impl {
       jobs.push_back({base + offset[k], e.width * 3, e.width, e.height, r, x, y, w, h, e.box.flip ? 1 : 0,
                       static_cast<int>(chunk[k])});
     }
-    DBG("jobs " + std::to_string(jobs.size()));
     if (jobs.empty()) return;
     const int64_t job_bytes = static_cast<int64_t>(jobs.size() * sizeof(CropResizeJob));
     const at::Tensor job_buffer = at::empty({job_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
