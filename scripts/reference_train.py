@@ -28,8 +28,8 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
   cross-entropy without smoothing, logits in float32), val_top1, val_top5 (fractions of the whole val split),
   samples_per_s (training steps after the first min(10, steps / 4), synchronised), epoch_s, steps.
 
-Keys of the config that concern pinfeed's own machinery (pipeline.*, dist.*, run.*, data.crop_decode, ...) are
-accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
+Keys of the config that concern pinfeed's own machinery (pipeline.*, dist.*, run.*, data.crop_decode,
+data.decoder: the reference always decodes with PIL in its workers, ...) are accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
 DataLoader workers: data.workers, or as pinfeed when 0 (cores - 3, cores - 1 on 4 cores or fewer); --workers
 overrides it.
 """
@@ -50,7 +50,7 @@ except ImportError:  # Python < 3.11
 # pinfeed's machinery and ignored here.
 DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_resize_ratio": 0.875,
-             "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "workers": 0,
+             "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
              "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000},
     "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9,
@@ -154,7 +154,7 @@ def main():
     p.add_argument("--out", required=True, help="JSON lines file, one line per epoch (pinfeed's metrics.jsonl fields)")
     p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: data.workers, 0 = as pinfeed)")
     p.add_argument("--prefetch-factor", type=int, default=4)
-    args = p.parse_args()
+    args = p.parse_intermixed_args()  # overrides before, between or after the options
     try:
         cfg = load_config(args.config, args.overrides)
     except (UsageError, OSError) as e:
