@@ -27,10 +27,10 @@ def main():
 
     args = rd.parse_args(["--root", "x", "--out", "y.json", "--sweep"])
     expected = {(d, t, hw) for t in (1, 2, 4, 8, 13) for d, hw in (("mixed", 0.65), ("mixed", 0.99), ("cpu", None))}
-    if set(args.points) != expected or len(args.points) != 15:
-        fail(f"sweep points {args.points}")
+    if set(args.points) != expected or len(args.points) != 15 or (args.warmup, args.steps) != (10, 40):
+        fail(f"sweep points {args.points}, warm-up {args.warmup}, steps {args.steps}")
     one = rd.parse_args(["--root", "x", "--out", "y.json", "--decoder", "cpu", "--threads", "4"])
-    if one.points != [("cpu", 4, None)] or one.dtype != "float16" or not one.channels_last:
+    if one.points != [("cpu", 4, None)] or one.dtype != "float16" or not one.channels_last or one.steps != 100:
         fail(f"single point {one.points}, dtype {one.dtype}, channels_last {one.channels_last}")
     if rd.parse_args(["--root", "x", "--out", "y", "--precision", "tf32"]).dtype != "float":
         fail("tf32 without --dtype should ask DALI for float32")
