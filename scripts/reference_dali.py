@@ -35,7 +35,9 @@ pytorch/resnet50/main.py, adapted to the ImageNet recipe's augmentation):
 --sweep: the curve threads x decoder (default {1, 2, 4, 8, 13} x {mixed at hw_decoder_load 0.65 and 0.99, cpu})
 in one process and one JSON: the model and optimiser are built once; each point's pipeline is built, measured
 and deleted, points interleaved within each repeat (drift hits every point alike); a gpu_resident row (one
-fixed batch on the GPU: the compute ceiling) each repeat. --plot PNG draws samples/s against threads.
+fixed batch on the GPU: the compute ceiling) each repeat. --plot PNG draws samples/s against threads, with
+pinfeed's dual_stream curve from `pinfeed bench` JSONs at the same data.workers (--pinfeed-bench; --replot draws
+from an existing --out JSON without running).
 --device cpu is a smoke test without a GPU: the whole pipeline on the CPU (device_id None), cpu decoder only,
 fp32. Exits 3 with a message when DALI cannot be imported.
 """
@@ -63,8 +65,7 @@ def float_list(text):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", required=True,
-                   help="ImageFolder train directory (class folders); a dataset root holding train/ works too")
+    p.add_argument("--root", help="ImageFolder train directory (class folders); a dataset root holding train/ works too")
     p.add_argument("--decoder", choices=["mixed", "cpu"], default="mixed",
                    help="mixed: nvJPEG with the hardware JPEG engines; cpu: libjpeg-turbo on CPU threads")
     p.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 3), help="DALI num_threads")
@@ -89,8 +90,16 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=12)
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--plot", default=None, help="PNG of samples/s against threads (needs matplotlib)")
+    p.add_argument("--pinfeed-bench", nargs="*", default=[], metavar="BENCH_JSON",
+                   help="with --plot: `pinfeed bench` outputs (one per data.workers value) drawn as pinfeed's "
+                        "dual_stream curve against its decode threads")
+    p.add_argument("--replot", action="store_true", help="only draw --plot from the existing --out JSON")
     p.add_argument("--device", default="cuda", help="cuda (the comparison) or cpu (a smoke test)")
     args = p.parse_args(argv)
+    if args.replot and not args.plot:
+        p.error("--replot needs --plot")
+    if not args.root and not args.replot:
+        p.error("--root is required")
     args.modes = [m for m in args.modes.split(",") if m]
     for m in args.modes:
         if m not in ("train", "gpu_resident", "loader_only"):
@@ -261,7 +270,19 @@ def summarise(name, results, extra):
     return row
 
 
-def plot_curve(rows, path):
+def pinfeed_curve(paths):
+    """[(decode threads, dual_stream samples/s median)] from `pinfeed bench` JSON files."""
+    points = []
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        for r in doc["rows"]:
+            if r["mode"] == "dual_stream" and r.get("samples_per_s_median"):
+                points.append((doc["meta"]["workers"], r["samples_per_s_median"]))
+    return sorted(points)
+
+
+def plot_curve(rows, path, pinfeed=()):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -274,6 +295,10 @@ def plot_curve(rows, path):
     for key, pts in sorted(lines.items()):
         pts.sort()
         ax.plot([t for t, _ in pts], [v for _, v in pts], marker="o", label=f"DALI {key}")
+    if pinfeed:
+        lines["pinfeed"] = list(pinfeed)
+        ax.plot([t for t, _ in pinfeed], [v for _, v in pinfeed], marker="s", color="black",
+                label="pinfeed dual_stream (decode threads)")
     for r in rows:
         if r.get("kind") == "gpu_resident":
             ax.axhline(r["samples_per_s_median"], color="grey", ls="--", label="gpu_resident (compute ceiling)")
@@ -281,9 +306,9 @@ def plot_curve(rows, path):
     threads = sorted({t for pts in lines.values() for t, _ in pts})
     ax.set_xticks(threads, [str(t) for t in threads])
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("DALI CPU threads (num_threads)")
+    ax.set_xlabel("CPU threads: DALI num_threads" + (", pinfeed data.workers" if pinfeed else ""))
     ax.set_ylabel("samples/s (median of repeats)")
-    ax.set_title("DALI feeding ResNet-50 training")
+    ax.set_title("ResNet-50 training (torchvision) fed by DALI" + (", and pinfeed" if pinfeed else ""))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -292,6 +317,10 @@ def plot_curve(rows, path):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.replot:
+        with open(args.out) as f:
+            plot_curve(json.load(f)["rows"], args.plot, pinfeed_curve(args.pinfeed_bench))
+        return 0
     dali = import_dali()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # fail early, not after the runs
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -364,7 +393,7 @@ def main(argv=None):
     print(f"written to {args.out}")
     if args.plot:
         try:
-            plot_curve(rows, args.plot)
+            plot_curve(rows, args.plot, pinfeed_curve(args.pinfeed_bench))
         except ImportError:
             print("matplotlib missing: no chart", file=sys.stderr)
     return 0
