@@ -23,7 +23,7 @@ out=$(cd "$out" && pwd)
 python=${PYTHON:-python3}
 config=${PARITY_CONFIG:-$repo/configs/parity_resnet50.toml}
 results=${PARITY_RESULTS:-$repo/docs/results}
-seeds=${PARITY_SEEDS:-0 1}
+read -r -a seeds <<<"${PARITY_SEEDS:-0 1}"
 threshold=${PARITY_THRESHOLD:-1.0}
 classes=${PARITY_CLASSES:-24} train_n=${PARITY_TRAIN:-500} val_n=${PARITY_VAL:-100} size=${PARITY_SIZE:-320x256}
 read -r -a overrides <<<"${PARITY_OVERRIDES:-}"
@@ -42,19 +42,19 @@ if [ -z "${PARITY_DATA:-}" ] && [ ! -f "$data/.complete" ]; then
 fi
 
 pinfeed_files=() reference_files=()
-for seed in $seeds; do
+for seed in "${seeds[@]}"; do
   run_dir=$out/pinfeed-seed$seed
   rm -rf "$run_dir"
   log "pinfeed, seed $seed"
   t0=$(date +%s)
   "$bin" train --config "$config" "data.root=\"$data\"" "train.seed=$seed" "run.dir=\"$run_dir\"" \
     "run.name=parity-seed$seed" "${overrides[@]}" 2>&1 | tee "$out/pinfeed-seed$seed.log"
-  metrics=$(ls -d "$run_dir"/*/ | tail -n 1)metrics.jsonl
-  cp "$metrics" "$out/pinfeed-seed$seed.jsonl"
+  run_folders=("$run_dir"/*/)  # the one run folder pinfeed made there
+  cp "${run_folders[-1]}metrics.jsonl" "$out/pinfeed-seed$seed.jsonl"
   pinfeed_files+=("$out/pinfeed-seed$seed.jsonl")
   log "pinfeed, seed $seed: $(($(date +%s) - t0)) s"
 done
-for seed in $seeds; do
+for seed in "${seeds[@]}"; do
   log "torchvision reference, seed $seed"
   t0=$(date +%s)
   PYTHONUNBUFFERED=1 "$python" "$repo/scripts/reference_train.py" --config "$config" "data.root=\"$data\"" \
@@ -69,6 +69,6 @@ note="$(date -u +'%Y-%m-%d %H:%M UTC'), ${gpu:-no GPU}, $(nproc) cores; $(basena
 log "all runs done in $(($(date +%s) - start)) s"
 status=0
 "$python" "$repo/scripts/plot_parity.py" --pinfeed "${pinfeed_files[@]}" --reference "${reference_files[@]}" \
-  --seeds $seeds --out-dir "$results" --threshold "$threshold" --note "$note" || status=$?
+  --seeds "${seeds[@]}" --out-dir "$results" --threshold "$threshold" --note "$note" || status=$?
 log "chart and table in $results (parity.png, parity.md, parity.json); exit $status"
 exit $status
