@@ -2,8 +2,8 @@
 """Combined table (markdown, CSV) and chart (PNG) from `pinfeed bench` and scripts/reference_pytorch.py output.
 
 usage: plot_bench.py OUT_DIR CONFIG [CONFIG ...]
-reads OUT_DIR/CONFIG/bench.json, OUT_DIR/CONFIG/reference.json (optional), OUT_DIR/CONFIG-uint8/bench.json
-(optional); writes OUT_DIR/results.md, OUT_DIR/results.csv and OUT_DIR/CONFIG.png.
+reads OUT_DIR/CONFIG/bench.json, OUT_DIR/CONFIG/reference.json (optional), OUT_DIR/CONFIG/dali.json (optional,
+scripts/reference_dali.py: its rows join the table), OUT_DIR/CONFIG-uint8/bench.json (optional); writes OUT_DIR/results.md, OUT_DIR/results.csv and OUT_DIR/CONFIG.png.
 """
 import json
 import os
@@ -91,8 +91,9 @@ def main():
         ref = load(os.path.join(out, c, "reference.json"))
         u8 = load(os.path.join(out, c + "-uint8", "bench.json"))
         graph = load(os.path.join(out, c + "-graph", "bench.json"))
+        dali = load(os.path.join(out, c, "dali.json"))
         rows = rows_of(pin, "pinfeed") + rows_of(ref, "pytorch") + \
-            rows_of(u8, "pinfeed uint8") + rows_of(graph, "pinfeed uint8+graph")
+            rows_of(u8, "pinfeed uint8") + rows_of(graph, "pinfeed uint8+graph") + rows_of(dali, "dali")
         if not rows:
             continue
         md.append(table(c, rows))

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Accuracy parity of pinfeed and the torchvision reference (issue 12): curves, table and the verdict.
+
+usage: plot_parity.py --pinfeed P0.jsonl P1.jsonl --reference R0.jsonl R1.jsonl [--seeds 0 1] --out-dir DIR
+                      [--threshold 1.0] [--note TEXT]
+
+Each file holds one run's per-epoch JSON lines: pinfeed's metrics.jsonl, or what scripts/reference_train.py
+writes (the same fields: epoch, train_loss, val_top1, val_top5 as fractions, samples_per_s, epoch_s). The i-th
+file of each side is seed i. Writes DIR/parity.png (val top-1 and train loss against epoch, one line per run),
+DIR/parity.md (final top-1 per seed, means, difference in points) and DIR/parity.json (every curve).
+Exit status: 0 when |mean final top-1 difference| <= threshold points, 1 when larger, 2 when an input is
+missing, empty or the runs disagree on their number of epochs.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+
+def read_run(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: {e}")
+    rows = [r for r in rows if "epoch" in r]
+    if not rows:
+        raise ValueError(f"{path}: no epoch rows")
+    if any(r.get("val_top1") is None for r in rows):
+        raise ValueError(f"{path}: an epoch without val_top1 (train.eval = false?)")
+    return sorted(rows, key=lambda r: r["epoch"])
+
+
+def pct(v):
+    return "n/a" if v is None else f"{100 * v:.2f}"
+
+
+def chart(runs, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, rows) in enumerate(runs):
+        style = "-" if label.startswith("pinfeed") else "--"
+        colour = colours[(0 if label.startswith("pinfeed") else 1) * 2 + i % 2]
+        epochs = [r["epoch"] for r in rows]
+        ax1.plot(epochs, [100 * r["val_top1"] for r in rows], style, marker="o", ms=3, color=colour, label=label)
+        ax2.plot(epochs, [r["train_loss"] for r in rows], style, marker="o", ms=3, color=colour, label=label)
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("val top-1 %")
+    ax1.set_title("validation top-1")
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("train loss (label smoothing included)")
+    ax2.set_title("training loss")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pinfeed", nargs="+", required=True, help="pinfeed metrics.jsonl, one per seed")
+    p.add_argument("--reference", nargs="+", required=True, help="reference_train.py output, one per seed")
+    p.add_argument("--seeds", nargs="+", default=None, help="seed of each file (default 0, 1, ...)")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--threshold", type=float, default=1.0, help="allowed |mean difference|, top-1 points")
+    p.add_argument("--note", default="", help="a line for the table's header (data, machine)")
+    args = p.parse_args()
+    if len(args.pinfeed) != len(args.reference):
+        print("error: give as many --pinfeed files as --reference files (one per seed)", file=sys.stderr)
+        return 2
+    seeds = args.seeds or [str(i) for i in range(len(args.pinfeed))]
+    if len(seeds) != len(args.pinfeed):
+        print("error: --seeds needs one seed per file", file=sys.stderr)
+        return 2
+    try:
+        pin = [read_run(f) for f in args.pinfeed]
+        ref = [read_run(f) for f in args.reference]
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    lengths = {len(r) for r in pin + ref}
+    if len(lengths) != 1:
+        print(f"error: the runs have different numbers of epochs: {sorted(lengths)}", file=sys.stderr)
+        return 2
+
+    final = lambda runs, k: [r[-1][k] for r in runs]  # noqa: E731
+    pin_top1, ref_top1 = final(pin, "val_top1"), final(ref, "val_top1")
+    pin_mean, ref_mean = statistics.fmean(pin_top1), statistics.fmean(ref_top1)
+    diff = 100 * (pin_mean - ref_mean)
+    ok = abs(diff) <= args.threshold
+    epochs = lengths.pop()
+
+    def spread(values):
+        return 100 * (max(values) - min(values)) if len(values) > 1 else None
+
+    def median_rate(runs):
+        return statistics.median(r["samples_per_s"] for run in runs for r in run if r.get("samples_per_s"))
+
+    lines = ["# Accuracy parity: pinfeed and torchvision, one recipe", ""]
+    if args.note:
+        lines += [args.note, ""]
+    lines += [f"Final val top-1 after {epochs} epochs (%), per seed:", "",
+              "| seed | pinfeed top-1 | torchvision top-1 | difference (points) | pinfeed top-5 | torchvision top-5 |",
+              "|---|---|---|---|---|---|"]
+    for s, a, b in zip(seeds, pin, ref):
+        lines.append(f"| {s} | {pct(a[-1]['val_top1'])} | {pct(b[-1]['val_top1'])} | "
+                     f"{100 * (a[-1]['val_top1'] - b[-1]['val_top1']):+.2f} | {pct(a[-1].get('val_top5'))} | "
+                     f"{pct(b[-1].get('val_top5'))} |")
+    lines.append(f"| **mean** | **{100 * pin_mean:.2f}** | **{100 * ref_mean:.2f}** | **{diff:+.2f}** | "
+                 f"{pct(statistics.fmean(final(pin, 'val_top5')))} | {pct(statistics.fmean(final(ref, 'val_top5')))} |")
+    seed_spread = [spread(pin_top1), spread(ref_top1)]
+    lines += ["", f"**{'PASS' if ok else 'FAIL'}**: |mean difference| {abs(diff):.2f} points "
+              f"{'<=' if ok else '>'} {args.threshold:g}.", ""]
+    if seed_spread[0] is not None:
+        lines += [f"Seed-to-seed spread of the final top-1 (max - min): pinfeed {seed_spread[0]:.2f}, torchvision "
+                  f"{seed_spread[1]:.2f} points: differences of that size are noise, not a recipe difference.", ""]
+    lines += [f"Final train loss (mean of seeds): pinfeed {statistics.fmean(final(pin, 'train_loss')):.4f}, "
+              f"torchvision {statistics.fmean(final(ref, 'train_loss')):.4f}. Training speed, median over epochs "
+              f"(not the comparison; eval excluded): pinfeed {median_rate(pin):.0f}, torchvision "
+              f"{median_rate(ref):.0f} samples/s; wall per run: pinfeed "
+              f"{statistics.fmean(sum(r['epoch_s'] for r in run) for run in pin):.0f} s, torchvision "
+              f"{statistics.fmean(sum(r['epoch_s'] for r in run) for run in ref):.0f} s (epochs, eval included).", "",
+              "![val top-1 and train loss per epoch](parity.png)", ""]
+    lines += ["Val top-1 (%) per epoch:", "",
+              "| epoch | " + " | ".join([f"pinfeed s{s}" for s in seeds] + [f"torchvision s{s}" for s in seeds]) + " |",
+              "|---|" + "---|" * (2 * len(seeds))]
+    for e in range(epochs):
+        lines.append(f"| {pin[0][e]['epoch']} | " + " | ".join(pct(run[e]["val_top1"]) for run in pin + ref) + " |")
+    md = "\n".join(lines) + "\n"
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "parity.md"), "w") as f:
+        f.write(md)
+    curves = {"threshold_points": args.threshold, "mean_difference_points": diff, "pass": ok, "seeds": seeds,
+              "pinfeed": pin, "torchvision": ref}
+    with open(os.path.join(args.out_dir, "parity.json"), "w") as f:
+        json.dump(curves, f, indent=1)
+    runs = [(f"pinfeed seed {s}", r) for s, r in zip(seeds, pin)] + \
+           [(f"torchvision seed {s}", r) for s, r in zip(seeds, ref)]
+    try:
+        chart(runs, os.path.join(args.out_dir, "parity.png"),
+              f"ResNet-50, same recipe: pinfeed (solid) and torchvision (dashed); mean final top-1 difference "
+              f"{diff:+.2f} points")
+    except ImportError:
+        print("matplotlib missing: no chart", file=sys.stderr)
+    print(md)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
