@@ -188,6 +188,8 @@ def train(cfg, args):
     uint8 = cfg["pipeline"]["transfer_dtype"] == "uint8"
     dev = t["device"]
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if dev == "auto" else dev)
+    if device.type == "cuda" and device.index is None:  # "cuda" means the current device, as in pinfeed
+        device = torch.device("cuda", torch.cuda.current_device())
     cuda = device.type == "cuda"
     if not cuda and t["precision"] == "bf16":
         print('error: train.precision = "bf16" needs a CUDA device (device is cpu), as in pinfeed', file=sys.stderr)
