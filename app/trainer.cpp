@@ -1,7 +1,10 @@
 #include "app/trainer.h"
 
+#include <ATen/ops/tensor.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -67,6 +70,14 @@ RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
   return s;
 }
 
+// A double written so that reading it back (strtod) gives the same value, NaN and infinities included.
+std::string exact_text(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
 // One run's moving parts, so that the epoch loop reads as the recipe: train an epoch, evaluate, report, save.
 class Training {
  public:
@@ -94,11 +105,20 @@ class Training {
       restore_checkpoint(runner_, *ck);
       position = std::to_string(ck->epoch) + " " + std::to_string(ck->step_in_epoch) + " " +
                  std::to_string(ck->global_step);
+      // Each rank's loss sum of the epoch so far, when the checkpoint has them (then one per rank).
+      if (ck->epoch_loss_sums.defined() && ck->epoch_loss_sums.numel() == dist_.world()) {
+        const at::Tensor sums = ck->epoch_loss_sums.to(at::kDouble).contiguous();
+        for (int64_t r = 0; r < sums.numel(); ++r) position += " " + exact_text(sums.data_ptr<double>()[r]);
+      }
     }
     std::istringstream in(dist_.share("position", position));
     int64_t epoch = 0, step = 0;
     in >> epoch >> step >> global_step_;
+    std::vector<double> loss_sums;
+    for (std::string word; in >> word;) loss_sums.push_back(std::strtod(word.c_str(), nullptr));
+    if (static_cast<int64_t>(loss_sums.size()) == dist_.world()) resumed_loss_sum_ = loss_sums[dist_.rank()];
     runner_.broadcast_state();
+    runner_.scatter_buffers(ck ? ck->rank_buffers : at::Tensor());  // after the broadcast of rank 0's mean
     return {epoch, step};
   }
 
@@ -112,12 +132,13 @@ class Training {
       const EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
       if (dist_.any(p.stopped || g_stop_requested)) {  // every rank leaves here together
         record_bad_images(out);
+        const EpochSoFar so_far = epoch_so_far();
         runner_.average_buffers();
         if (out && steps_here_ == 0) {
           // A checkpoint would only repeat the position this run started from (or, new, an untrained model).
           log::warn("interrupted before the first step: nothing saved");
         } else if (out) {
-          save(*out, epoch, p.step);
+          save(*out, epoch, p.step, so_far);
           log::warn("interrupted: saved " + out->path("last.pt") + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(p.step) + "; continue with --resume " + out->path("last.pt"));
         }
@@ -132,10 +153,14 @@ class Training {
       record_bad_images(out);
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report(*out, er, p, ranks);
-      if (out && (epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0)) {
-        save(*out, epoch + 1, 0);
-      }
-      if (dist_.any(g_stop_requested)) {
+      const bool due = epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0;
+      if (out && due) save(*out, epoch + 1, 0);
+      if (dist_.any(g_stop_requested)) {  // came during the evaluation or the save
+        if (out && !due) save(*out, epoch + 1, 0);  // run.checkpoint_every > 1: the epoch is not lost
+        if (out) {
+          log::warn("interrupted: saved " + out->path("last.pt") + " at the end of epoch " +
+                    std::to_string(epoch + 1) + "; continue with --resume " + out->path("last.pt"));
+        }
         result.interrupted = true;
         return;
       }
@@ -161,8 +186,21 @@ class Training {
     return {dist_.world(), config_.train.batch_size, sets_.train->size(), steps_per_epoch_};
   }
 
-  void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch) {
-    save_checkpoint(out.path("last.pt"), make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, shape()));
+  // What stays per rank until the epoch ends, gathered from every rank (all call it) for a mid-epoch checkpoint.
+  struct EpochSoFar {
+    at::Tensor loss_sums;  // (world,) float64: each rank's sum of its step losses of the epoch so far
+    at::Tensor buffers;    // (world, n) float32, several ranks: each rank's BN running statistics
+  };
+  EpochSoFar epoch_so_far() {
+    const std::vector<double> sums = dist_.all_gather({losses_.sum().item<double>()});
+    return {at::tensor(sums, at::TensorOptions().dtype(at::kDouble)), runner_.gather_buffers()};
+  }
+
+  void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch, const EpochSoFar& so_far = {}) {
+    Checkpoint ck = make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, shape());
+    ck.epoch_loss_sums = so_far.loss_sums;
+    ck.rank_buffers = so_far.buffers;
+    save_checkpoint(out.path("last.pt"), ck);
   }
 
   // Rank 0 lists the bad files its datasets found (its shard of the training set, and the validation set) in
@@ -193,8 +231,11 @@ class Training {
     loop.device = plan_.device;
     loop.stream = plan_.compute_stream;
     losses_.reset();
+    if (first > 0 && resumed_loss_sum_) losses_.restore(*resumed_loss_sum_, first);  // the epoch's loss, whole
+    resumed_loss_sum_.reset();
     EpochProgress p;
-    p.lr = learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
+    // The lr of the epoch's latest step: the one before a resume, when no step follows it in this epoch.
+    p.lr = learning_rate(plan_.schedule, first > 0 ? global_step_ - 1 : global_step_, steps_per_epoch_);
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
     const StepLoopResult r = run_steps(
@@ -289,6 +330,7 @@ class Training {
   int64_t global_step_ = 0;
   int64_t stop_after_steps_ = 0;  // TrainArgs::stop_after_steps
   int64_t steps_here_ = 0;        // steps this process has run
+  std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
 };
 
 }  // namespace
