@@ -5,11 +5,13 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <sstream>
@@ -230,6 +232,22 @@ at::Tensor Distributed::all_gather_rows(const at::Tensor& values) {
   std::vector<at::Tensor> in{mine};
   backend_->allgather(out, in)->wait();
   return at::stack(out[0]);
+}
+
+std::vector<std::string> Distributed::all_gather_bytes(const std::string& value) {
+  if (!active()) return {value};
+  // The lengths first, then every rank's bytes padded to the longest (the collective needs equal sizes).
+  const at::Tensor lengths =
+      all_gather_rows(at::tensor({static_cast<int64_t>(value.size())}, at::TensorOptions().dtype(at::kLong))).cpu();
+  const int64_t longest = lengths.max().item<int64_t>();
+  std::vector<std::string> out(env_.world);
+  if (longest == 0) return out;  // the usual case: one small collective
+  at::Tensor mine = at::zeros({longest}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(mine.data_ptr(), value.data(), value.size());
+  const at::Tensor all = all_gather_rows(mine).cpu().contiguous();
+  const char* bytes = static_cast<const char*>(all.data_ptr());
+  for (int r = 0; r < env_.world; ++r) out[r].assign(bytes + r * longest, lengths[r][0].item<int64_t>());
+  return out;
 }
 
 std::string Distributed::share(const std::string& key, const std::string& value) {

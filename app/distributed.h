@@ -63,6 +63,8 @@ class Distributed {
   // Every rank's tensor (same shape and dtype on every rank), flattened and stacked: (world, numel), on this
   // rank's device; one rank: values as (1, numel).
   at::Tensor all_gather_rows(const at::Tensor& values);
+  // Every rank's bytes, any length each, in rank order; one rank: {value}.
+  std::vector<std::string> all_gather_bytes(const std::string& value);
   // Rank 0 publishes `value` under `key`; every other rank compares its own and throws ConfigError naming
   // what differs. Returns rank 0's value on every rank.
   std::string agree(const std::string& key, const std::string& value, const std::string& what);

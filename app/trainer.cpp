@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <tuple>
+#include <unordered_set>
 
 #include "app/datasets.h"
 #include "app/distributed.h"
@@ -35,7 +36,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // What one epoch of training left behind for its report.
 struct EpochProgress {
   int64_t step = 0;
-  int64_t bad_images = 0;  // distinct bad files of the training set found so far by this process
+  int64_t bad_images = 0;  // distinct bad files of the training set found so far by any rank, resumes included
   double lr = 0;
   bool stopped = false;
   pipeline::EpochTiming timing;
@@ -68,6 +69,39 @@ RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
   }
   if (std::isnan(t.gpu_idle)) s.idle_min = s.idle_max = NAN;
   return s;
+}
+
+// The bad files a rank found since the last gather, as bytes for the gather to rank 0: for each, 't' (training
+// set) or 'v' (validation set), then its path and reason as <length>:<bytes> (a path may hold any byte but NUL,
+// a decoder's message any byte at all).
+std::string pack_bad_images(const std::vector<data::BadImage>& train, const std::vector<data::BadImage>& val) {
+  std::string out;
+  auto field = [&](const std::string& s) { out += std::to_string(s.size()) + ":" + s; };
+  for (const auto* list : {&train, &val}) {
+    for (const data::BadImage& b : *list) {
+      out += list == &train ? 't' : 'v';
+      field(b.path);
+      field(b.reason);
+    }
+  }
+  return out;
+}
+
+void unpack_bad_images(const std::string& bytes, std::vector<data::BadImage>& train, std::vector<data::BadImage>& val) {
+  size_t at = 0;
+  auto field = [&] {
+    const size_t colon = bytes.find(':', at);
+    const size_t n = std::stoul(bytes.substr(at, colon - at));
+    at = colon + 1 + n;
+    return bytes.substr(colon + 1, n);
+  };
+  while (at < bytes.size()) {
+    const char set = bytes[at++];
+    data::BadImage b;
+    b.path = field();
+    b.reason = field();
+    (set == 't' ? train : val).push_back(std::move(b));
+  }
 }
 
 // A double written so that reading it back (strtod) gives the same value, NaN and infinities included.
@@ -125,11 +159,17 @@ class Training {
   // out: rank 0's outputs; null on the other ranks, which write nothing.
   void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
     if (dist_.is_main()) announce(result.run_dir);
+    if (out) {  // a resumed run counts the training set's files listed before too
+      const std::string train_dir = (std::filesystem::path(sets_.train->folder().root) / "").string();
+      for (const std::string& path : out->bad_images_listed()) {
+        if (path.rfind(train_dir, 0) == 0) train_bad_.insert(path);
+      }
+    }
     runner_.model()->train();
     training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
     for (int64_t epoch = start_epoch; epoch < config_.train.epochs; ++epoch) {
       const auto t0 = Clock::now();
-      const EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
+      EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
       if (dist_.any(p.stopped || g_stop_requested)) {  // every rank leaves here together
         record_bad_images(out);
         const EpochSoFar so_far = epoch_so_far();
@@ -151,6 +191,7 @@ class Training {
       er.epoch_seconds = seconds_since(t0);
       result.epochs.push_back(er);
       record_bad_images(out);
+      p.bad_images = static_cast<int64_t>(train_bad_.size());
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report(*out, er, p, ranks);
       const bool due = epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0;
@@ -203,14 +244,23 @@ class Training {
     save_checkpoint(out.path("last.pt"), ck);
   }
 
-  // Rank 0 lists the bad files its datasets found (its shard of the training set, and the validation set) in
-  // bad_images.tsv; the other ranks drop theirs, so that nothing piles up.
+  // Every rank's newly found bad files (its shard of the training set, and of the validation set) go to rank 0,
+  // which lists each file once in bad_images.tsv and counts the training set's distinct files: a file can turn
+  // up on several ranks (each epoch shards a new permutation, and a bad image's replacement may be any sample).
+  // Every rank calls it, at the same points.
   void record_bad_images(RunOutputs* out) {
-    for (const auto& set : {sets_.train, sets_.val}) {
-      if (!set) continue;
-      std::vector<data::BadImage> found = set->take_new_bad_images();
-      if (out) out->bad_images(found);
+    std::vector<data::BadImage> train = sets_.train->take_new_bad_images(), val;
+    if (sets_.val) val = sets_.val->take_new_bad_images();
+    if (dist_.active()) {
+      const std::vector<std::string> all = dist_.all_gather_bytes(pack_bad_images(train, val));
+      train.clear();
+      val.clear();
+      for (const std::string& bytes : all) unpack_bad_images(bytes, train, val);
     }
+    if (!out) return;
+    out->bad_images(train);
+    out->bad_images(val);
+    for (const data::BadImage& b : train) train_bad_.insert(b.path);
   }
 
   double train_loss() {  // the epoch's mean over every rank's steps
@@ -260,7 +310,6 @@ class Training {
     p.step = r.next_step;
     p.stopped = r.stopped;
     p.timing = r.timing;
-    p.bad_images = sets_.train->distinct_bad_images();
     const auto records = meter_.take_resolved(true);
     if (out) out->steps(epoch, records);
     progress_.end();
@@ -331,6 +380,7 @@ class Training {
   int64_t stop_after_steps_ = 0;  // TrainArgs::stop_after_steps
   int64_t steps_here_ = 0;        // steps this process has run
   std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
+  std::unordered_set<std::string> train_bad_;  // rank 0: the training set's bad files found by any rank
 };
 
 }  // namespace

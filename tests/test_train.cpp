@@ -158,9 +158,12 @@ TEST(Train, AStopBeforeTheFirstStepSavesNothing) {
 // each time ends with exactly the weights, BN statistics and momentum of the run that was never stopped, and
 // its metric rows have the same lr, training loss (the epoch's whole, across the resume) and validation
 // figures. Every draw is seeded by (seed, epoch, index), the CPU kernels are deterministic for a given thread
-// count, and the checkpoint carries the epoch's loss so far.
+// count, and the checkpoint carries the epoch's loss so far. One training file is corrupt: its replacement is
+// drawn alike, and the bad-file count goes on across the resume.
 void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, const std::vector<int64_t>& stops) {
   const std::string root = test::make_dataset(name, 2, 40, 2, 32);  // 80 images: 5 steps an epoch
+  const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
+  std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not an image";
   const std::string runs = test::fresh_dir(name + "_runs");
   Config whole = tiny_config(root, runs, 2), split = whole;
   apply_override(whole, "run.name=\"whole\"");
@@ -179,12 +182,14 @@ void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, co
   const Checkpoint cb = load_checkpoint((fs::path(b.run_dir) / "last.pt").string());
   ASSERT_EQ(ca.model.size(), cb.model.size());
   for (const auto& [name, t] : ca.model) {
-    EXPECT_TRUE(t.equal(cb.model.at(name))) << name << " differs by " << (t - cb.model.at(name)).abs().max().item<double>();
+    const at::Tensor& u = cb.model.at(name);
+    EXPECT_TRUE(t.equal(u)) << name << " differs by " << (t - u).abs().max().item<double>();
   }
   ASSERT_EQ(ca.optimizer.size(), cb.optimizer.size());
   for (const auto& [name, t] : ca.optimizer) EXPECT_TRUE(t.equal(cb.optimizer.at(name))) << "momentum " << name;
   EXPECT_EQ(ca.global_step, cb.global_step);
-  EXPECT_EQ(test::learning_rows(fs::path(b.run_dir) / "metrics.jsonl"), test::learning_rows(fs::path(a.run_dir) / "metrics.jsonl"));
+  EXPECT_EQ(test::learning_rows(fs::path(b.run_dir) / "metrics.jsonl"),
+            test::learning_rows(fs::path(a.run_dir) / "metrics.jsonl"));
 }
 
 TEST(Train, ResumeMidEpochEqualsTheUninterruptedRunBitForBit) {
