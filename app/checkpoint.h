@@ -23,6 +23,12 @@ struct Checkpoint {
   int64_t train_images = 0;     // images in the training folder
   int64_t steps_per_epoch = 0;  // per rank, after train.max_steps_per_epoch
   at::Tensor torch_rng;  // CPU generator state
+  // What stays per rank until the epoch ends, so that a run resumed mid-epoch goes on as the uninterrupted one;
+  // undefined in a file of an older pinfeed (the resumed epoch's loss then covers the steps after the resume,
+  // and every rank goes on from the averaged BN statistics). Optional keys: an older pinfeed ignores them.
+  at::Tensor epoch_loss_sums;  // (world,) float64: each rank's sum of the step losses of the epoch so far
+  at::Tensor rank_buffers;     // (world, n) float32, several ranks: each rank's BN running statistics (its floating
+                               // buffers in named_buffers() order, flattened); `model` holds their mean
   std::string config;    // resolved TOML
   int64_t format_version = 0;  // of the file read (load_checkpoint); save_checkpoint writes the newest
 };

@@ -2,12 +2,16 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <sstream>
@@ -215,18 +219,35 @@ bool Distributed::any(bool local) {
 
 std::vector<double> Distributed::all_gather(const std::vector<double>& values) {
   if (!active()) return values;
-  const auto n = static_cast<int64_t>(values.size());
-  at::Tensor mine = at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  const at::Tensor all = all_gather_rows(at::tensor(values, at::TensorOptions().dtype(at::kDouble))).cpu().contiguous();
+  const double* p = all.data_ptr<double>();
+  return std::vector<double>(p, p + all.numel());
+}
+
+at::Tensor Distributed::all_gather_rows(const at::Tensor& values) {
+  const at::Tensor mine = values.detach().reshape(-1).to(device_).contiguous();
+  if (!active()) return mine.unsqueeze(0);
   std::vector<std::vector<at::Tensor>> out(1);
-  for (int r = 0; r < env_.world; ++r) out[0].push_back(at::empty({n}, mine.options()));
+  for (int r = 0; r < env_.world; ++r) out[0].push_back(at::empty_like(mine));
   std::vector<at::Tensor> in{mine};
   backend_->allgather(out, in)->wait();
-  std::vector<double> all;
-  for (const auto& t : out[0]) {
-    const at::Tensor host = t.cpu();
-    for (int64_t i = 0; i < n; ++i) all.push_back(host[i].item<double>());
-  }
-  return all;
+  return at::stack(out[0]);
+}
+
+std::vector<std::string> Distributed::all_gather_bytes(const std::string& value) {
+  if (!active()) return {value};
+  // The lengths first, then every rank's bytes padded to the longest (the collective needs equal sizes).
+  const at::Tensor lengths =
+      all_gather_rows(at::tensor({static_cast<int64_t>(value.size())}, at::TensorOptions().dtype(at::kLong))).cpu();
+  const int64_t longest = lengths.max().item<int64_t>();
+  std::vector<std::string> out(env_.world);
+  if (longest == 0) return out;  // the usual case: one small collective
+  at::Tensor mine = at::zeros({longest}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(mine.data_ptr(), value.data(), value.size());
+  const at::Tensor all = all_gather_rows(mine).cpu().contiguous();
+  const char* bytes = static_cast<const char*>(all.data_ptr());
+  for (int r = 0; r < env_.world; ++r) out[r].assign(bytes + r * longest, lengths[r][0].item<int64_t>());
+  return out;
 }
 
 std::string Distributed::share(const std::string& key, const std::string& value) {

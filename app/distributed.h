@@ -60,6 +60,11 @@ class Distributed {
   bool any(bool local);                     // true if any rank says true; waits
   // Every rank's values, rank-major: result[r * values.size() + i].
   std::vector<double> all_gather(const std::vector<double>& values);
+  // Every rank's tensor (same shape and dtype on every rank), flattened and stacked: (world, numel), on this
+  // rank's device; one rank: values as (1, numel).
+  at::Tensor all_gather_rows(const at::Tensor& values);
+  // Every rank's bytes, any length each, in rank order; one rank: {value}.
+  std::vector<std::string> all_gather_bytes(const std::string& value);
   // Rank 0 publishes `value` under `key`; every other rank compares its own and throws ConfigError naming
   // what differs. Returns rank 0's value on every rank.
   std::string agree(const std::string& key, const std::string& value, const std::string& what);

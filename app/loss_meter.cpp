@@ -22,6 +22,11 @@ void LossMeter::add(const at::Tensor& loss) {
   ++count_;
 }
 
+void LossMeter::restore(double sum, int64_t count) {
+  sum_.fill_(sum);  // exact: a float's value
+  count_ = count;
+}
+
 double LossMeter::latest() {
   if (!stream_) return count_ ? sum_.item<double>() / count_ : NAN;
   if (snapshot_.defined() && ready_->query()) {

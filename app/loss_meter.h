@@ -20,6 +20,8 @@ class LossMeter {
   LossMeter(c10::Device device, std::optional<c10::Stream> stream);
   void reset();
   void add(const at::Tensor& loss);  // a step's mean loss, on the device
+  // A resumed epoch: the sum and number of the steps before the resume (the sum as sum() held it, a float).
+  void restore(double sum, int64_t count);
   double latest();                   // the newest snapshot that has arrived; NaN before the first
   double mean() const;               // synchronises
   at::Tensor sum() const { return sum_; }  // () float on the device

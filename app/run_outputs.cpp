@@ -74,7 +74,9 @@ RunOutputs::RunOutputs(const Config& c, const std::string& dir, const std::optio
   if (csv_.empty()) csv_.append(csv_header());
   std::istringstream listed(read_text(path("bad_images.tsv")));
   std::string line;
-  for (std::getline(listed, line); std::getline(listed, line);) bad_listed_.insert(line.substr(0, line.find('\t')));
+  for (std::getline(listed, line); std::getline(listed, line);) {
+    bad_listed_.insert(tsv_unescape(line.substr(0, line.find('\t'))));
+  }
   bad_ = AppendFile(path("bad_images.tsv"));
   if (bad_.empty()) bad_.append("path\treason");
 }
@@ -136,8 +138,7 @@ void RunOutputs::steps(int64_t epoch, const std::vector<pipeline::StepRecord>& r
 
 void RunOutputs::bad_images(const std::vector<data::BadImage>& found) {
   for (const data::BadImage& b : found) {
-    const std::string path = tsv_escape(b.path);
-    if (bad_listed_.insert(path).second) bad_.append(path + "\t" + tsv_escape(b.reason));
+    if (bad_listed_.insert(b.path).second) bad_.append(tsv_escape(b.path) + "\t" + tsv_escape(b.reason));
   }
 }
 
@@ -151,6 +152,24 @@ std::string tsv_escape(const std::string& field) {
       case '\n': out += "\\n"; break;
       case '\r': out += "\\r"; break;
       default: out += ch;
+    }
+  }
+  return out;
+}
+
+std::string tsv_unescape(const std::string& field) {
+  std::string out;
+  out.reserve(field.size());
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] != '\\' || i + 1 == field.size()) {
+      out += field[i];
+      continue;
+    }
+    switch (field[++i]) {
+      case 't': out += '\t'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      default: out += field[i];  // '\\', and anything tsv_escape never writes, as it stands
     }
   }
   return out;

@@ -38,6 +38,8 @@ class RunOutputs {
   void steps(int64_t epoch, const std::vector<pipeline::StepRecord>& records);
   // Appends to bad_images.tsv the files not listed yet (a resumed run's datasets find them again).
   void bad_images(const std::vector<data::BadImage>& found);
+  // The paths bad_images.tsv lists: those of an earlier part of a resumed run, then those added.
+  const std::unordered_set<std::string>& bad_images_listed() const { return bad_listed_; }
 
   static constexpr const char* kCsvColumns[] = {
       "epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "samples_per_s", "epoch_s", "steps",
@@ -52,12 +54,13 @@ class RunOutputs {
 
   std::string dir_;
   AppendFile csv_, jsonl_, steps_, bad_;
-  std::unordered_set<std::string> bad_listed_;  // paths in bad_images.tsv, as written (escaped)
+  std::unordered_set<std::string> bad_listed_;  // paths in bad_images.tsv (unescaped)
 };
 
 // A TSV field: backslash, tab, newline and carriage return written as \\, \t, \n, \r, so that a hostile file
 // name or decoder message cannot add a column or a row.
 std::string tsv_escape(const std::string& field);
+std::string tsv_unescape(const std::string& field);  // tsv_escape undone
 
 // Resident host memory of this process, MiB (pinned buffers included), to show it does not grow.
 double host_rss_mb();

@@ -1,11 +1,14 @@
 #include "app/step_runner.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -67,13 +70,46 @@ void StepRunner::broadcast_state() {
   dist_->broadcast(state);
 }
 
-void StepRunner::average_buffers() {
-  if (!dist_) return;
+std::vector<at::Tensor> StepRunner::running_statistics() {
   std::vector<at::Tensor> running;  // running_mean and running_var; num_batches_tracked is equal on every rank
   for (const auto& b : model_->buffers()) {
     if (b.is_floating_point()) running.push_back(b);
   }
-  dist_->all_reduce_mean(running);
+  return running;
+}
+
+void StepRunner::average_buffers() {
+  if (dist_) dist_->all_reduce_mean(running_statistics());
+}
+
+at::Tensor StepRunner::gather_buffers() {
+  if (!dist_) return {};
+  std::vector<at::Tensor> flat;
+  for (const auto& b : running_statistics()) flat.push_back(b.detach().to(at::kFloat).reshape(-1));
+  return dist_->all_gather_rows(at::cat(flat));
+}
+
+void StepRunner::scatter_buffers(const at::Tensor& all) {
+  if (!dist_ || !dist_->any(all.defined())) return;
+  std::vector<at::Tensor> running = running_statistics();
+  int64_t n = 0;
+  for (const auto& b : running) n += b.numel();
+  at::Tensor rows = at::empty({dist_->world(), n}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  if (dist_->is_main()) {
+    if (all.dim() != 2 || all.size(0) != dist_->world() || all.size(1) != n) {
+      throw std::runtime_error("checkpoint's rank_buffers have shape " + c10::str(all.sizes()) + ", expected [" +
+                               std::to_string(dist_->world()) + ", " + std::to_string(n) + "]");
+    }
+    rows.copy_(all);
+  }
+  dist_->broadcast({rows});
+  at::NoGradGuard no_grad;
+  const at::Tensor mine = rows[dist_->rank()];
+  int64_t offset = 0;
+  for (auto& b : running) {
+    b.copy_(mine.narrow(0, offset, b.numel()).view(b.sizes()));
+    offset += b.numel();
+  }
 }
 
 at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tensor& labels) {

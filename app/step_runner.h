@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "app/distributed.h"
 #include "app/grad_sync.h"
@@ -26,6 +27,11 @@ class StepRunner {
   // BN running statistics averaged across ranks (each rank saw only its shard) before evaluating or saving.
   void broadcast_state();
   void average_buffers();
+  // Several ranks stopping mid-epoch: every rank's BN running statistics, (world, n) float rank-major (they stay
+  // per rank until the epoch ends), for the checkpoint; and back after a resume: rank 0 passes the checkpoint's
+  // (the other ranks an undefined tensor) and each rank takes its own row. Undefined / nothing with one rank.
+  at::Tensor gather_buffers();
+  void scatter_buffers(const at::Tensor& all);
 
   at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);  // loss, on device
   // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples].
@@ -39,6 +45,7 @@ class StepRunner {
  private:
   at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels);
   at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr);
+  std::vector<at::Tensor> running_statistics();  // BN running_mean and running_var, in named_buffers() order
 
   model::ResNet model_{nullptr};
   std::unique_ptr<Sgd> optimizer_;

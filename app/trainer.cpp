@@ -1,12 +1,16 @@
 #include "app/trainer.h"
 
+#include <ATen/ops/tensor.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <tuple>
+#include <unordered_set>
 
 #include "app/datasets.h"
 #include "app/distributed.h"
@@ -32,7 +36,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // What one epoch of training left behind for its report.
 struct EpochProgress {
   int64_t step = 0;
-  int64_t bad_images = 0;  // distinct bad files of the training set found so far by this process
+  int64_t bad_images = 0;  // distinct bad files of the training set found so far by any rank, resumes included
   double lr = 0;
   bool stopped = false;
   pipeline::EpochTiming timing;
@@ -67,6 +71,47 @@ RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
   return s;
 }
 
+// The bad files a rank found since the last gather, as bytes for the gather to rank 0: for each, 't' (training
+// set) or 'v' (validation set), then its path and reason as <length>:<bytes> (a path may hold any byte but NUL,
+// a decoder's message any byte at all).
+std::string pack_bad_images(const std::vector<data::BadImage>& train, const std::vector<data::BadImage>& val) {
+  std::string out;
+  auto field = [&](const std::string& s) { out += std::to_string(s.size()) + ":" + s; };
+  for (const auto* list : {&train, &val}) {
+    for (const data::BadImage& b : *list) {
+      out += list == &train ? 't' : 'v';
+      field(b.path);
+      field(b.reason);
+    }
+  }
+  return out;
+}
+
+void unpack_bad_images(const std::string& bytes, std::vector<data::BadImage>& train, std::vector<data::BadImage>& val) {
+  size_t at = 0;
+  auto field = [&] {
+    const size_t colon = bytes.find(':', at);
+    const size_t n = std::stoul(bytes.substr(at, colon - at));
+    at = colon + 1 + n;
+    return bytes.substr(colon + 1, n);
+  };
+  while (at < bytes.size()) {
+    const char set = bytes[at++];
+    data::BadImage b;
+    b.path = field();
+    b.reason = field();
+    (set == 't' ? train : val).push_back(std::move(b));
+  }
+}
+
+// A double written so that reading it back (strtod) gives the same value, NaN and infinities included.
+std::string exact_text(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
 // One run's moving parts, so that the epoch loop reads as the recipe: train an epoch, evaluate, report, save.
 class Training {
  public:
@@ -94,30 +139,46 @@ class Training {
       restore_checkpoint(runner_, *ck);
       position = std::to_string(ck->epoch) + " " + std::to_string(ck->step_in_epoch) + " " +
                  std::to_string(ck->global_step);
+      // Each rank's loss sum of the epoch so far, when the checkpoint has them (then one per rank).
+      if (ck->epoch_loss_sums.defined() && ck->epoch_loss_sums.numel() == dist_.world()) {
+        const at::Tensor sums = ck->epoch_loss_sums.to(at::kDouble).contiguous();
+        for (int64_t r = 0; r < sums.numel(); ++r) position += " " + exact_text(sums.data_ptr<double>()[r]);
+      }
     }
     std::istringstream in(dist_.share("position", position));
     int64_t epoch = 0, step = 0;
     in >> epoch >> step >> global_step_;
+    std::vector<double> loss_sums;
+    for (std::string word; in >> word;) loss_sums.push_back(std::strtod(word.c_str(), nullptr));
+    if (static_cast<int64_t>(loss_sums.size()) == dist_.world()) resumed_loss_sum_ = loss_sums[dist_.rank()];
     runner_.broadcast_state();
+    runner_.scatter_buffers(ck ? ck->rank_buffers : at::Tensor());  // after the broadcast of rank 0's mean
     return {epoch, step};
   }
 
   // out: rank 0's outputs; null on the other ranks, which write nothing.
   void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
     if (dist_.is_main()) announce(result.run_dir);
+    if (out) {  // a resumed run counts the training set's files listed before too
+      const std::string train_dir = (std::filesystem::path(sets_.train->folder().root) / "").string();
+      for (const std::string& path : out->bad_images_listed()) {
+        if (path.rfind(train_dir, 0) == 0) train_bad_.insert(path);
+      }
+    }
     runner_.model()->train();
     training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
     for (int64_t epoch = start_epoch; epoch < config_.train.epochs; ++epoch) {
       const auto t0 = Clock::now();
-      const EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
+      EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
       if (dist_.any(p.stopped || g_stop_requested)) {  // every rank leaves here together
         record_bad_images(out);
+        const EpochSoFar so_far = epoch_so_far();
         runner_.average_buffers();
         if (out && steps_here_ == 0) {
           // A checkpoint would only repeat the position this run started from (or, new, an untrained model).
           log::warn("interrupted before the first step: nothing saved");
         } else if (out) {
-          save(*out, epoch, p.step);
+          save(*out, epoch, p.step, so_far);
           log::warn("interrupted: saved " + out->path("last.pt") + " at epoch " + std::to_string(epoch + 1) +
                     " step " + std::to_string(p.step) + "; continue with --resume " + out->path("last.pt"));
         }
@@ -130,12 +191,17 @@ class Training {
       er.epoch_seconds = seconds_since(t0);
       result.epochs.push_back(er);
       record_bad_images(out);
+      p.bad_images = static_cast<int64_t>(train_bad_.size());
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report(*out, er, p, ranks);
-      if (out && (epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0)) {
-        save(*out, epoch + 1, 0);
-      }
-      if (dist_.any(g_stop_requested)) {
+      const bool due = epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0;
+      if (out && due) save(*out, epoch + 1, 0);
+      if (dist_.any(g_stop_requested)) {  // came during the evaluation or the save
+        if (out && !due) save(*out, epoch + 1, 0);  // run.checkpoint_every > 1: the epoch is not lost
+        if (out) {
+          log::warn("interrupted: saved " + out->path("last.pt") + " at the end of epoch " +
+                    std::to_string(epoch + 1) + "; continue with --resume " + out->path("last.pt"));
+        }
         result.interrupted = true;
         return;
       }
@@ -162,18 +228,40 @@ class Training {
     return {dist_.world(), config_.train.batch_size, sets_.train->size(), steps_per_epoch_};
   }
 
-  void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch) {
-    save_checkpoint(out.path("last.pt"), make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, shape()));
+  // What stays per rank until the epoch ends, gathered from every rank (all call it) for a mid-epoch checkpoint.
+  struct EpochSoFar {
+    at::Tensor loss_sums;  // (world,) float64: each rank's sum of its step losses of the epoch so far
+    at::Tensor buffers;    // (world, n) float32, several ranks: each rank's BN running statistics
+  };
+  EpochSoFar epoch_so_far() {
+    const std::vector<double> sums = dist_.all_gather({losses_.sum().item<double>()});
+    return {at::tensor(sums, at::TensorOptions().dtype(at::kDouble)), runner_.gather_buffers()};
   }
 
-  // Rank 0 lists the bad files its datasets found (its shard of the training set, and the validation set) in
-  // bad_images.tsv; the other ranks drop theirs, so that nothing piles up.
+  void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch, const EpochSoFar& so_far = {}) {
+    Checkpoint ck = make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, shape());
+    ck.epoch_loss_sums = so_far.loss_sums;
+    ck.rank_buffers = so_far.buffers;
+    save_checkpoint(out.path("last.pt"), ck);
+  }
+
+  // Every rank's newly found bad files (its shard of the training set, and of the validation set) go to rank 0,
+  // which lists each file once in bad_images.tsv and counts the training set's distinct files: a file can turn
+  // up on several ranks (each epoch shards a new permutation, and a bad image's replacement may be any sample).
+  // Every rank calls it, at the same points.
   void record_bad_images(RunOutputs* out) {
-    for (const auto& set : {sets_.train, sets_.val}) {
-      if (!set) continue;
-      std::vector<data::BadImage> found = set->take_new_bad_images();
-      if (out) out->bad_images(found);
+    std::vector<data::BadImage> train = sets_.train->take_new_bad_images(), val;
+    if (sets_.val) val = sets_.val->take_new_bad_images();
+    if (dist_.active()) {
+      const std::vector<std::string> all = dist_.all_gather_bytes(pack_bad_images(train, val));
+      train.clear();
+      val.clear();
+      for (const std::string& bytes : all) unpack_bad_images(bytes, train, val);
     }
+    if (!out) return;
+    out->bad_images(train);
+    out->bad_images(val);
+    for (const data::BadImage& b : train) train_bad_.insert(b.path);
   }
 
   double train_loss() {  // the epoch's mean over every rank's steps
@@ -194,8 +282,11 @@ class Training {
     loop.device = plan_.device;
     loop.stream = plan_.compute_stream;
     losses_.reset();
+    if (first > 0 && resumed_loss_sum_) losses_.restore(*resumed_loss_sum_, first);  // the epoch's loss, whole
+    resumed_loss_sum_.reset();
     EpochProgress p;
-    p.lr = learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
+    // The lr of the epoch's latest step: the one before a resume, when no step follows it in this epoch.
+    p.lr = learning_rate(plan_.schedule, first > 0 ? global_step_ - 1 : global_step_, steps_per_epoch_);
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
     const StepLoopResult r = run_steps(
@@ -220,7 +311,6 @@ class Training {
     p.step = r.next_step;
     p.stopped = r.stopped;
     p.timing = r.timing;
-    p.bad_images = sets_.train->distinct_bad_images();
     const auto records = meter_.take_resolved(true);
     if (out) out->steps(epoch, records);
     progress_.end();
@@ -290,6 +380,8 @@ class Training {
   int64_t global_step_ = 0;
   int64_t stop_after_steps_ = 0;  // TrainArgs::stop_after_steps
   int64_t steps_here_ = 0;        // steps this process has run
+  std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
+  std::unordered_set<std::string> train_bad_;  // rank 0: the training set's bad files found by any rank
 };
 
 }  // namespace

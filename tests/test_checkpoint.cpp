@@ -27,6 +27,8 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   c.train_images = 1000;
   c.steps_per_epoch = 31;
   c.torch_rng = at::randn({8});
+  c.epoch_loss_sums = at::randn({2}, at::kDouble);
+  c.rank_buffers = at::randn({2, 6});
   c.config = "[train]\nlr = 0.1\n";
   save_checkpoint(dir + "/last.pt", c);
   EXPECT_FALSE(std::filesystem::exists(dir + "/last.pt.tmp"));
@@ -35,6 +37,8 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   for (const auto& [k, v] : c.model) EXPECT_TRUE(at::equal(v, r.model.at(k))) << k;
   EXPECT_TRUE(at::equal(c.optimizer.at("conv1.weight"), r.optimizer.at("conv1.weight")));
   EXPECT_TRUE(at::equal(c.torch_rng, r.torch_rng));
+  EXPECT_TRUE(at::equal(c.epoch_loss_sums, r.epoch_loss_sums));
+  EXPECT_TRUE(at::equal(c.rank_buffers, r.rank_buffers));
   EXPECT_EQ(r.epoch, 3);
   EXPECT_EQ(r.step_in_epoch, 17);
   EXPECT_EQ(r.global_step, 1234);

@@ -84,5 +84,15 @@ TEST(RunOutputs, BadImagesAreListedOnceAcrossAResumeWithTabsAndNewlinesEscaped) 
             "path\treason\n/d/a\\tb.jpg\tlibjpeg: bad\\nHuffman\n/d/c.jpg\tempty file\n");
 }
 
+TEST(RunOutputs, AResumedRunKnowsTheFilesListedBeforeAsWritten) {
+  const std::string dir = test::fresh_dir("outputs_bad_listed");
+  Config c;
+  const std::string hostile = "/d/a\\b\tc\nd\re.jpg";  // every byte tsv_escape rewrites
+  { RunOutputs(c, dir).bad_images({{hostile, "empty file"}, {"/d/plain.jpg", "empty file"}}); }
+  const RunOutputs resumed(c, dir, ResumePoint{1, 0});
+  EXPECT_EQ(resumed.bad_images_listed(), (std::unordered_set<std::string>{hostile, "/d/plain.jpg"}));
+  EXPECT_EQ(tsv_unescape(tsv_escape(hostile)), hostile);
+}
+
 }  // namespace
 }  // namespace pinfeed::app

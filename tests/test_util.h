@@ -1,14 +1,16 @@
-// Shared test helpers: a tiny generated ImageFolder in a temporary directory.
+// Shared test helpers: a tiny generated ImageFolder in a temporary directory, a run's metric rows.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -52,6 +54,22 @@ std::string message_of(Body&& body) {
     return e.what();
   }
   return "";
+}
+
+// A run's metric rows (metrics.jsonl) with only the figures that do not depend on timing: what a resumed run
+// must repeat exactly.
+inline std::vector<nlohmann::json> learning_rows(const std::filesystem::path& metrics_jsonl) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(metrics_jsonl);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    nlohmann::json kept;
+    for (const char* key : {"epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "bad_images"}) {
+      kept[key] = row.at(key);
+    }
+    rows.push_back(kept);
+  }
+  return rows;
 }
 
 // Uniform noise, BGR: the worst case for JPEG size and decode time.
