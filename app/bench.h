@@ -21,6 +21,7 @@ struct BenchArgs {
   int steps = 100;
   std::string out;        // output folder; default runs/bench-<timestamp>
   std::string reference;  // JSON written by scripts/reference_pytorch.py, shown alongside
+  std::string trace_steps;  // "A-B": a trace of timed steps A-B of each row's first repeat, trace.<row>.json
   std::vector<std::string> overrides;
 };
 
