@@ -23,6 +23,7 @@
 #include "app/signals.h"
 #include "app/step_loop.h"
 #include "app/step_runner.h"
+#include "app/step_trace.h"
 #include "common/log.h"
 
 namespace pinfeed::app {
@@ -86,7 +87,7 @@ BenchSample sample_of(const pipeline::EpochTiming& t, const std::string& mode_ra
 
 // One repeat of one row on this rank: warm-up + steps through the step loop, crossing epoch boundaries.
 BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runner, Distributed& dist,
-                         const BenchArgs& a, int* workers) {
+                         const BenchArgs& a, StepTrace* trace, int* workers) {
   StepLoopOptions loop;
   loop.end_step = a.warmup + a.steps;
   loop.warmup_steps = a.warmup;
@@ -95,6 +96,8 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   loop.dist = &dist;
   loop.device = row.plan.device;
   loop.stream = row.plan.compute_stream;
+  loop.trace = trace;
+  loop.trace_offset = -a.warmup;  // --trace-steps counts the timed steps
   const double lr = row.plan.schedule.lr;
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
@@ -125,8 +128,8 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
 
 // Several ranks run the same row at once (the gradient all-reduce in every step); rank 0 collects their rates.
 BenchSample run_row(const Row& row, const Datasets& sets, StepRunner& runner, Distributed& dist, const BenchArgs& a,
-                    int* workers) {
-  BenchSample s = run_row_here(row, sets, runner, dist, a, workers);
+                    StepTrace* trace, int* workers) {
+  BenchSample s = run_row_here(row, sets, runner, dist, a, trace, workers);
   s.per_rank_samples_per_s = dist.all_gather({s.samples_per_s});
   s.total_samples_per_s = 0;
   for (double x : s.per_rank_samples_per_s) s.total_samples_per_s += x;
@@ -146,7 +149,7 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
             {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"},
             {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
-            {"repeats", a.repeats}};
+            {"repeats", a.repeats}, {"trace_steps", a.trace_steps}};
   if (plan.device.is_cuda()) {
     const auto info = gpu::device_info(plan.device.index());
     m["gpu"] = info.name;
@@ -156,7 +159,23 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
   return m;
 }
 
-int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a);
+int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a,
+               const std::optional<StepRange>& trace_steps);
+
+// --trace-steps, checked against --steps before anything runs.
+std::optional<StepRange> trace_steps_of(const BenchArgs& a) {
+  std::optional<StepRange> range;
+  try {
+    range = parse_step_range(a.trace_steps);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("--trace-steps ") + e.what());
+  }
+  if (range && range->last >= a.steps) {
+    throw ConfigError("--trace-steps " + range->text() + " goes past the last timed step, " + std::to_string(a.steps - 1) +
+                      " (--steps " + std::to_string(a.steps) + ", numbered from 0 after the --warmup steps)");
+  }
+  return range;
+}
 
 }  // namespace
 
@@ -170,21 +189,26 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("--reference", a.reference, "JSON from scripts/reference_pytorch.py to show alongside");
   cmd.add_option("--decoder", a.decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
       ->check(CLI::IsMember({"cpu", "nvjpeg", "auto"}));
+  cmd.add_option("--trace-steps", a.trace_steps,
+                 "A-B: Kineto trace (Perfetto) of timed steps A to B (0 = the first after --warmup) of each row's "
+                 "first repeat, into --out as trace.<row>.json");
   cmd.add_option("overrides", a.overrides, "section.key=value config overrides");
 }
 
 int run_bench(const BenchArgs& a) {
   install_signal_handlers();
+  const std::optional<StepRange> trace_steps = trace_steps_of(a);
   std::vector<std::string> overrides = a.overrides;
   if (!a.decoder.empty()) overrides.push_back("data.decoder=\"" + a.decoder + "\"");
   const Plan plan = resolve_plan(load_config(a.config, overrides), dist_env_from_environment());
   const std::vector<Row> rows = plan_rows(plan, a.modes);
   Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
-  return dist.guard([&] { return bench_rows(plan, rows, dist, a); });
+  return dist.guard([&] { return bench_rows(plan, rows, dist, a, trace_steps); });
 }
 
 namespace {
-int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a) {
+int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a,
+               const std::optional<StepRange>& trace_steps) {
   dist.agree("config", to_toml(plan.config), "config");
   configure_backend(plan);
   const Datasets sets = open_datasets(plan, /*with_val=*/false);
@@ -212,7 +236,12 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
       if (dist.is_main()) log::status("bench repeat " + std::to_string(r + 1) + "/" + std::to_string(a.repeats) + ": " + row.name + " (" +
                       std::to_string(done) + "/" + std::to_string(total) + " done)",
                   false);
-      const BenchSample s = run_row(row, sets, runner, dist, a, &workers);
+      std::unique_ptr<StepTrace> trace;  // rank 0, first repeat
+      if (trace_steps && r == 0 && dist.is_main()) {
+        trace = std::make_unique<StepTrace>(*trace_steps, (fs::path(out_dir) / ("trace." + row.name + ".json")).string(),
+                                            row.plan.device, json{{"command", "bench"}, {"row", row.name}});
+      }
+      const BenchSample s = run_row(row, sets, runner, dist, a, trace.get(), &workers);
       log::info("  " + row.name + ": " + fixed(s.samples_per_s, 1) + " samples/s, wait p50 " + fixed(s.wait_p50, 3) +
                 " ms, GPU idle " + fixed(100 * s.gpu_idle, 1) + "%" +
                 (dist.active() && dist.is_main() ? "; all ranks " + fixed(s.total_samples_per_s, 1) + " samples/s" : ""));

@@ -22,6 +22,7 @@ struct BenchArgs {
   std::string out;        // output folder; default runs/bench-<timestamp>
   std::string reference;  // JSON written by scripts/reference_pytorch.py, shown alongside
   std::string decoder;    // data.decoder, if given
+  std::string trace_steps;  // "A-B": a trace of timed steps A-B of each row's first repeat, trace.<row>.json
   std::vector<std::string> overrides;
 };
 

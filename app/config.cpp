@@ -150,6 +150,15 @@ std::string check_run_name(const std::string& v) {
          " bytes, no '/', no \"..\", no control characters), got \"" + printable(v) + "\"";
 }
 
+std::string check_step_range(const std::string& v) {
+  try {
+    parse_step_range(v);
+    return "";
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
 std::string check_mode(const std::string& v) {
   if (v.empty() || pipeline::find_preset(v)) return "";
   return "must be one of " + pipeline::preset_names() + ", got \"" + v + "\"";
@@ -221,6 +230,7 @@ const std::vector<Key>& keys() {
       key("run.name", &C::run, &RunConfig::name, "run directory is <dir>/<timestamp>-<name>; a plain folder name (no '/', no '..')", check_run_name),
       key("run.dir", &C::run, &RunConfig::dir, "where run directories go"),
       key("run.log_steps", &C::run, &RunConfig::log_steps, "write per-step figures to steps.jsonl"),
+      key("run.trace_steps", &C::run, &RunConfig::trace_steps, "\"A-B\": a Kineto trace of global steps A to B (from 0, within one epoch) into trace_steps_A-B.json, for Perfetto; \"\" = off", check_step_range),
       key("run.checkpoint_every", &C::run, &RunConfig::checkpoint_every, "epochs between checkpoints", between(1, 1'000'000)),
       key("run.progress_interval_s", &C::run, &RunConfig::progress_interval_s, "seconds between progress lines when not on a terminal", in_range(0.1, 1e6, false)),
   };
@@ -310,6 +320,24 @@ toml::table parse_toml(const std::string& text, const std::string& source) {
 }
 
 }  // namespace
+
+std::optional<StepRange> parse_step_range(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  // Digits only (no sign, no spaces), at most 12 each: far past any run's steps, far from overflow.
+  static const std::regex re("([0-9]{1,12})(-([0-9]{1,12}))?");
+  std::smatch m;
+  const std::string expected = "must be \"A-B\" (steps A to B, 0 <= A <= B) or \"A\", got \"" + printable(text) + "\"";
+  if (!std::regex_match(text, m, re)) throw std::invalid_argument(expected);
+  StepRange r;
+  r.first = std::stoll(m[1].str());
+  r.last = m[3].matched ? std::stoll(m[3].str()) : r.first;
+  if (r.last < r.first) throw std::invalid_argument(expected);
+  if (r.size() > kMaxTraceSteps) {
+    throw std::invalid_argument("must span at most " + std::to_string(kMaxTraceSteps) + " steps (a megabyte or two of trace each), got \"" +
+                                text + "\" (" + std::to_string(r.size()) + " steps)");
+  }
+  return r;
+}
 
 std::string location_of(const Config& c, const std::string& key) {
   auto it = c.locations.find(key);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -86,6 +87,7 @@ struct RunConfig {
   std::string name = "run";
   std::string dir = "runs";
   bool log_steps = false;
+  std::string trace_steps;  // "A-B": a Kineto trace of global steps A to B (app/step_trace.h); "" = none
   int64_t checkpoint_every = 1;  // epochs
   double progress_interval_s = 10;  // progress line period when not on a terminal
 };
@@ -119,6 +121,19 @@ struct KeyHelp {
   std::string name, type, default_value, help;
 };
 std::vector<KeyHelp> config_keys();
+
+// Consecutive step numbers, both ends included: run.trace_steps, bench --trace-steps.
+struct StepRange {
+  int64_t first = 0, last = 0;
+  int64_t size() const { return last - first + 1; }
+  std::string text() const { return std::to_string(first) + "-" + std::to_string(last); }
+};
+// A ResNet-50 step is on the order of a thousand kernels and as many launches in a trace, a megabyte or two: a
+// bound on the file, and on the memory the profiler holds until it writes it.
+constexpr int64_t kMaxTraceSteps = 1000;
+// "A-B" (or "A": one step) -> the range; "" -> nullopt. Throws std::invalid_argument saying what is wrong
+// ("must be ..., got ..."), for the caller to prefix with the key or flag.
+std::optional<StepRange> parse_step_range(const std::string& text);
 
 // The transfer flags the config stands for: pipeline.mode's preset applied over the three flags. The rest of
 // the translation into option structs is app/plan.h's.

@@ -213,6 +213,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.feeder.channels_last = p.channels_last;
   p.max_steps_ahead = static_cast<int>(c.pipeline.max_steps_ahead);
   p.warmup_steps = c.pipeline.warmup_steps;
+  p.trace_steps = parse_step_range(c.run.trace_steps);  // checked with the key; the epochs it may span, by train
   check_resources(p);
 
   p.sgd = {c.train.momentum, c.train.nesterov, c.train.weight_decay};

@@ -40,6 +40,7 @@ struct Plan {
   pipeline::FeederOptions feeder;      // device, compute stream, layout
   int max_steps_ahead = 2;
   int64_t warmup_steps = 10;  // per epoch, left out of the figures
+  std::optional<StepRange> trace_steps;  // run.trace_steps: global steps to record a trace of (train)
 
   SgdOptions sgd;
   bool decay_bn_and_bias = true;

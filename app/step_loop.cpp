@@ -1,8 +1,10 @@
 #include "app/step_loop.h"
 
 #include <ATen/ops/zeros.h>
+#include <ATen/record_function.h>
 
 #include "app/signals.h"
+#include "app/step_trace.h"
 #include "pipeline/gpu.h"
 
 namespace pinfeed::app {
@@ -71,19 +73,32 @@ StepLoopResult run_steps(pipeline::BatchSource& source, pipeline::StepMeter& met
       r.stopped = true;
       break;
     }
-    meter.hold_back(o.max_steps_ahead);
-    auto batch = source.next();
-    if (!batch && o.wrap) {
-      source.start_epoch(++r.epoch);
+    if (o.trace) o.trace->before_step(o.trace_offset + r.next_step, meter);
+    {
+      RECORD_USER_SCOPE("pinfeed::ahead");
+      meter.hold_back(o.max_steps_ahead);
+    }
+    std::optional<pipeline::DeviceBatch> batch;
+    {
+      RECORD_USER_SCOPE("pinfeed::wait");
       batch = source.next();
+      if (!batch && o.wrap) {
+        source.start_epoch(++r.epoch);
+        batch = source.next();
+      }
     }
     if (!batch) break;
-    meter.begin_step();
-    step(*batch, r.next_step);
-    meter.end_step(batch->size, batch->timing);
+    {
+      RECORD_USER_SCOPE("pinfeed::step");
+      meter.begin_step();
+      step(*batch, r.next_step);
+      meter.end_step(batch->size, batch->timing);
+    }
+    if (o.trace) o.trace->after_step(o.trace_offset + r.next_step, meter);
     if (after) after(*batch, r.next_step);
     ++r.next_step;
   }
+  if (o.trace) o.trace->end_loop(meter);
   r.timing = meter.finish_epoch();
   return r;
 }

@@ -12,6 +12,8 @@
 
 namespace pinfeed::app {
 
+class StepTrace;
+
 struct StepLoopOptions {
   int64_t epoch = 0;
   int64_t first_step = 0;    // within the epoch: where a resumed run continues
@@ -24,6 +26,10 @@ struct StepLoopOptions {
   Distributed* dist = nullptr;
   c10::Device device{c10::kCPU};
   std::optional<c10::Stream> stream;  // the compute stream (CUDA)
+  // A trace of some steps (app/step_trace.h), or null. Its step numbers are trace_offset + the loop's step
+  // (train: epoch x steps per epoch, a global step; bench: -warmup, so that 0 is the first timed step).
+  StepTrace* trace = nullptr;
+  int64_t trace_offset = 0;
 };
 
 struct StepLoopResult {
@@ -34,7 +40,9 @@ struct StepLoopResult {
 };
 
 // step(batch, index): the work on one batch. after(batch, index): bookkeeping once the step is issued and
-// timed (outputs, progress); may be empty. Stops early on Ctrl-C / SIGTERM.
+// timed (outputs, progress); may be empty. Stops early on Ctrl-C / SIGTERM. The training thread's time is in
+// three profiler ranges, pinfeed::ahead (hold_back), pinfeed::wait (the source's next batch) and pinfeed::step,
+// which a trace records; without one they cost a thread-local check each.
 using StepFn = std::function<void(const pipeline::DeviceBatch& batch, int64_t index)>;
 StepLoopResult run_steps(pipeline::BatchSource& source, pipeline::StepMeter& meter, const StepLoopOptions& options,
                          const StepFn& step, const StepFn& after = {});

@@ -24,6 +24,7 @@
 #include "app/signals.h"
 #include "app/step_loop.h"
 #include "app/step_runner.h"
+#include "app/step_trace.h"
 #include "common/log.h"
 #include "pipeline/feeder.h"
 
@@ -128,6 +129,7 @@ class Training {
     steps_per_epoch_ = config_.train.max_steps_per_epoch > 0
                            ? std::min(config_.train.max_steps_per_epoch, train_feed_.batches_per_epoch())
                            : train_feed_.batches_per_epoch();
+    if (plan_.trace_steps) check_trace_steps(*plan_.trace_steps);
   }
 
   // Restores a checkpoint (read by rank 0 alone: the others receive its state); returns where to continue:
@@ -163,6 +165,17 @@ class Training {
       const std::string train_dir = (std::filesystem::path(sets_.train->folder().root) / "").string();
       for (const std::string& path : out->bad_images_listed()) {
         if (path.rfind(train_dir, 0) == 0) train_bad_.insert(path);
+      }
+    }
+    if (out && plan_.trace_steps) {  // rank 0 alone: its GPU's kernels, in the run folder it writes
+      const StepRange& s = *plan_.trace_steps;
+      trace_ = std::make_unique<StepTrace>(s, out->path("trace_steps_" + s.text() + ".json"), plan_.device,
+                                           nlohmann::json{{"command", "train"}, {"mode", train_feed_.mode()}});
+      if (start_epoch * steps_per_epoch_ + start_step > s.last) {
+        log::warn("run.trace_steps = \"" + s.text() + "\": this run resumes after step " + std::to_string(s.last) +
+                  ", nothing to trace");
+      } else {
+        log::info("tracing steps " + s.text() + " into " + trace_->path());
       }
     }
     runner_.model()->train();
@@ -224,6 +237,24 @@ class Training {
               ", peak lr " + fmt_ms(plan_.schedule.lr));
   }
 
+  // The range must lie inside one epoch (an evaluation between two would be traced too) and inside the run.
+  void check_trace_steps(const StepRange& s) const {
+    if (steps_per_epoch_ <= 0) return;  // nothing to train, nothing to trace
+    const std::string at = location_of(config_, "run.trace_steps") + ": run.trace_steps = \"" + s.text() + "\"";
+    const int64_t total = config_.train.epochs * steps_per_epoch_;
+    if (s.last >= total) {
+      throw ConfigError(at + " goes past this run's last step, " + std::to_string(total - 1) + " (" +
+                        std::to_string(config_.train.epochs) + " epochs of " + std::to_string(steps_per_epoch_) +
+                        " steps, numbered from 0)");
+    }
+    const int64_t epoch = s.first / steps_per_epoch_;
+    if (s.last / steps_per_epoch_ != epoch) {
+      throw ConfigError(at + " crosses the end of epoch " + std::to_string(epoch + 1) + " (its steps are " +
+                        std::to_string(epoch * steps_per_epoch_) + "-" + std::to_string((epoch + 1) * steps_per_epoch_ - 1) +
+                        "); trace steps of one epoch (the evaluation between two would be traced too)");
+    }
+  }
+
   RunShape shape() const {
     return {dist_.world(), config_.train.batch_size, sets_.train->size(), steps_per_epoch_};
   }
@@ -281,6 +312,8 @@ class Training {
     loop.dist = &dist_;
     loop.device = plan_.device;
     loop.stream = plan_.compute_stream;
+    loop.trace = trace_.get();
+    loop.trace_offset = epoch * steps_per_epoch_;  // the global step, as the checkpoint counts it
     losses_.reset();
     if (first > 0 && resumed_loss_sum_) losses_.restore(*resumed_loss_sum_, first);  // the epoch's loss, whole
     resumed_loss_sum_.reset();
@@ -382,6 +415,7 @@ class Training {
   int64_t steps_here_ = 0;        // steps this process has run
   std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
   std::unordered_set<std::string> train_bad_;  // rank 0: the training set's bad files found by any rank
+  std::unique_ptr<StepTrace> trace_;  // run.trace_steps, rank 0
 };
 
 }  // namespace

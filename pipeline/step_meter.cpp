@@ -33,6 +33,34 @@ Summary summarize(std::vector<double> v) {
   return s;
 }
 
+namespace {
+
+// Means and percentiles of the records, samples/s over `seconds`, GPU idle over `spans` (when `gpu`).
+EpochTiming timing_of(const std::vector<StepRecord>& records, const std::vector<Span>& spans, double seconds, bool gpu) {
+  EpochTiming t;
+  std::vector<double> wait, loader, ahead, h2d, compute;
+  for (const auto& r : records) {
+    ++t.steps;
+    t.samples += r.samples;
+    wait.push_back(r.wait_ms);
+    loader.push_back(r.loader_ms);
+    ahead.push_back(r.ahead_ms);
+    h2d.push_back(r.h2d_ms);
+    compute.push_back(r.compute_ms);
+  }
+  t.seconds = seconds;
+  if (t.seconds > 0 && t.samples > 0) t.samples_per_s = t.samples / t.seconds;
+  t.wait_ms = summarize(wait);
+  t.loader_ms = summarize(loader);
+  t.ahead_ms = summarize(ahead);
+  t.h2d_ms = summarize(h2d);
+  t.compute_ms = summarize(compute);
+  if (gpu) t.gpu_idle = idle_fraction(spans);
+  return t;
+}
+
+}  // namespace
+
 StepMeter::StepMeter(std::optional<c10::Stream> compute) : compute_(compute) {}
 
 void StepMeter::start_epoch(int64_t warmup_steps) {
@@ -45,6 +73,8 @@ void StepMeter::start_epoch(int64_t warmup_steps) {
   resolved_.clear();
   epoch_records_.clear();
   spans_.clear();
+  window_from_ = -1;  // a window ends with its epoch at the latest
+  window_reference_.reset();
 }
 
 double StepMeter::hold_back(int max_ahead) {
@@ -110,7 +140,12 @@ void StepMeter::resolve(bool wait) {
       if (!p.record.warmup && reference_) {
         spans_.push_back({reference_->elapsed_ms(*p.begin), reference_->elapsed_ms(*p.end)});
       }
+      if (window_from_ >= 0 && p.record.step >= window_from_) {
+        if (!window_reference_) window_reference_ = p.begin;
+        window_spans_.push_back({window_reference_->elapsed_ms(*p.begin), window_reference_->elapsed_ms(*p.end)});
+      }
     }
+    if (window_from_ >= 0 && p.record.step >= window_from_) window_records_.push_back(p.record);
     resolved_.push_back(p.record);
     epoch_records_.push_back(p.record);
     pending_.pop_front();
@@ -128,29 +163,36 @@ EpochTiming StepMeter::finish_epoch() {
   if (compute_) gpu::synchronize(*compute_);
   const auto t1 = std::chrono::steady_clock::now();
   resolve(true);
-  EpochTiming t;
-  std::vector<double> wait, loader, ahead, h2d, compute;
+  std::vector<StepRecord> measured;
+  int64_t warmup = 0;
   for (const auto& r : epoch_records_) {
-    if (r.warmup) {
-      ++t.warmup_steps;
-      continue;
-    }
-    ++t.steps;
-    t.samples += r.samples;
-    wait.push_back(r.wait_ms);
-    loader.push_back(r.loader_ms);
-    ahead.push_back(r.ahead_ms);
-    h2d.push_back(r.h2d_ms);
-    compute.push_back(r.compute_ms);
+    if (r.warmup) ++warmup;
+    else measured.push_back(r);
   }
-  t.seconds = measuring_ ? std::chrono::duration<double>(t1 - measure_t0_).count() : 0;
-  if (t.seconds > 0 && t.samples > 0) t.samples_per_s = t.samples / t.seconds;
-  t.wait_ms = summarize(wait);
-  t.loader_ms = summarize(loader);
-  t.ahead_ms = summarize(ahead);
-  t.h2d_ms = summarize(h2d);
-  t.compute_ms = summarize(compute);
-  if (compute_) t.gpu_idle = idle_fraction(spans_);
+  const double seconds = measuring_ ? std::chrono::duration<double>(t1 - measure_t0_).count() : 0;
+  EpochTiming t = timing_of(measured, spans_, seconds, compute_.has_value());
+  t.warmup_steps = warmup;
+  return t;
+}
+
+void StepMeter::open_window() {
+  window_from_ = step_;
+  window_reference_.reset();
+  window_records_.clear();
+  window_spans_.clear();
+  window_t0_ = std::chrono::steady_clock::now();
+}
+
+EpochTiming StepMeter::close_window() {
+  if (compute_) gpu::synchronize(*compute_);
+  const auto t1 = std::chrono::steady_clock::now();
+  resolve(true);
+  EpochTiming t = timing_of(window_records_, window_spans_, std::chrono::duration<double>(t1 - window_t0_).count(),
+                            compute_.has_value());
+  window_from_ = -1;
+  window_reference_.reset();
+  window_records_.clear();
+  window_spans_.clear();
   return t;
 }
 

@@ -75,6 +75,12 @@ class StepMeter {
   std::vector<StepRecord> take_resolved(bool wait = false);
   EpochTiming finish_epoch();  // synchronises; then summarises the epoch
 
+  // The same figures for a run of consecutive steps alone (a trace's steps, app/step_trace.h), warm-up steps
+  // included: open_window() before the first step's hold_back(), close_window() after the last end_step()
+  // (synchronises). GPU idle is over the window's own spans: first begin to last end.
+  void open_window();
+  EpochTiming close_window();
+
  private:
   struct Pending {
     StepRecord record;
@@ -94,6 +100,12 @@ class StepMeter {
   std::deque<Pending> pending_;
   std::vector<StepRecord> resolved_, epoch_records_;
   std::vector<Span> spans_;
+  // open_window(): the first step of the window (-1: none open), its begin event, its steps' records and spans.
+  int64_t window_from_ = -1;
+  std::shared_ptr<gpu::Event> window_reference_;
+  std::vector<StepRecord> window_records_;
+  std::vector<Span> window_spans_;
+  std::chrono::steady_clock::time_point window_t0_;
 };
 
 }  // namespace pinfeed::pipeline

@@ -161,6 +161,32 @@ TEST(Config, MaxImagePixelsDefaultsTo100MegapixelsAndReadsBack) {
   EXPECT_EQ(parse_config_string(to_toml(c), "resolved.toml").data.max_image_pixels, 0);
 }
 
+TEST(Config, TraceStepsIsARangeOfStepsOrOneStep) {
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml").run.trace_steps, "");
+  EXPECT_FALSE(parse_step_range(""));
+  const auto range = parse_step_range("200-220");
+  ASSERT_TRUE(range);
+  EXPECT_EQ(range->first, 200);
+  EXPECT_EQ(range->last, 220);
+  EXPECT_EQ(range->size(), 21);
+  EXPECT_EQ(range->text(), "200-220");
+  EXPECT_EQ(parse_step_range("7")->last, 7);
+  EXPECT_EQ(parse_step_range("0-999")->size(), kMaxTraceSteps);
+  EXPECT_EQ(parse_config_string(kBase, "cfg.toml", {"run.trace_steps=3-4"}).run.trace_steps, "3-4");
+}
+
+TEST(Config, TraceStepsThatAreNoRangeAreRefusedWithFileLineColumn) {
+  for (const std::string bad : {"5-3", "-1", "1-", "a-b", " 1-2", "1 - 2", "1-2-3", "+1-2", "1.5-2", "1234567890123-1234567890124"}) {
+    const auto e = error_of(kBase, {"run.trace_steps=\"" + bad + "\""});
+    EXPECT_NE(e.find("run.trace_steps must be \"A-B\" (steps A to B, 0 <= A <= B) or \"A\", got \"" + bad + "\""),
+              std::string::npos) << bad << ": " << e;
+  }
+  const auto e = error_of(std::string(kBase) + "[run]\ntrace_steps = \"10-9\"\n");
+  EXPECT_NE(e.find("cfg.toml:4:15: run.trace_steps must be"), std::string::npos) << e;
+  const auto long_range = error_of(kBase, {"run.trace_steps=0-1000"});
+  EXPECT_NE(long_range.find("run.trace_steps must span at most 1000 steps"), std::string::npos) << long_range;
+}
+
 TEST(Config, MissingFileIsAConfigError) {
   EXPECT_THROW(load_config("/nonexistent/pinfeed.toml"), ConfigError);
 }
