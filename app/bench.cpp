@@ -188,7 +188,7 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("--out", a.out, "output folder (table.md, bench.csv, bench.json)");
   cmd.add_option("--reference", a.reference, "JSON from scripts/reference_pytorch.py to show alongside");
   cmd.add_option("--decoder", a.decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
-      ->check(CLI::IsMember({"cpu", "nvjpeg", "auto"}));
+      ->check(CLI::IsMember(kDecoders));
   cmd.add_option("--trace-steps", a.trace_steps,
                  "A-B: Kineto trace (Perfetto) of timed steps A to B (0 = the first after --warmup) of each row's "
                  "first repeat, into --out as trace.<row>.json");

@@ -33,8 +33,11 @@ struct DataConfig {
   int64_t prefetch_batches = 4;
   std::string on_bad_image = "skip";
   int64_t max_image_pixels = 100'000'000;  // data::TransformOptions::max_image_pixels; 0: no limit
-  std::string decoder = "cpu";  // cpu | nvjpeg | auto
+  std::string decoder = "cpu";  // one of kDecoders
 };
+
+// data.decoder's values (the key, and the --decoder flag of train and bench).
+inline const std::vector<std::string> kDecoders = {"cpu", "nvjpeg", "auto"};
 
 struct ModelConfig {
   std::string arch = "resnet50";

@@ -54,7 +54,7 @@ int run(int argc, char** argv) {
   train->add_option("--mode", mode, "transfer mode preset: " + pipeline::preset_names());
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
   train->add_option("--decoder", decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
-      ->check(CLI::IsMember({"cpu", "nvjpeg", "auto"}));
+      ->check(CLI::IsMember(app::kDecoders));
   train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name)");
   int64_t stop_after_steps = 0;
   train->add_option("--stop-after-steps", stop_after_steps, "stop as on Ctrl-C after N steps (tests)")

@@ -4,10 +4,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "data/jpeg_check.h"
-
-#include "data/error.h"
 #include "common/log.h"
+#include "data/error.h"
+#include "data/jpeg_check.h"
 
 namespace pinfeed::data {
 namespace {
@@ -21,7 +20,7 @@ Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, Bad
     : folder_(std::move(folder)), transform_(transform), train_(train), on_bad_image_(on_bad_image) {
   if (transform_.gpu_decode) {
     if (transform_.format != PixelFormat::kUint8Hwc) throw std::invalid_argument("GPU decode needs uint8 pixels");
-    checked_ = std::make_unique<std::atomic<uint8_t>[]>(folder_.samples.size());
+    checked_ = std::make_unique<std::atomic<int64_t>[]>(folder_.samples.size());
     for (size_t i = 0; i < folder_.samples.size(); ++i) checked_[i].store(0, std::memory_order_relaxed);
   }
 }
@@ -29,14 +28,15 @@ Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, Bad
 bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
   const std::vector<uint8_t>& file = encoded->bytes;
   JpegInfo info;
-  if (!parse_jpeg_info(file.data(), file.size(), &info)) return false;  // PNG, odd header: the CPU path says why
+  if (!parse_jpeg_info(file.data(), file.size(), &info, /*count_scans=*/true)) return false;  // PNG, odd header: the CPU path
   const std::string too_big = pixel_limit_error(info.width, info.height, transform_.max_image_pixels);
   if (!too_big.empty()) throw std::runtime_error(too_big);
   const GpuDecode kind = gpu_decode_for(info, kMaxGpuPixels);
   if (kind == GpuDecode::kNone) return false;
-  if (!checked_[index].load(std::memory_order_acquire)) {
+  const int64_t tag = static_cast<int64_t>(file.size()) + 1;
+  if (checked_[index].load(std::memory_order_acquire) != tag) {
     check_jpeg(file.data(), file.size(), transform_.max_image_pixels, scratch.region);  // throws if bad
-    checked_[index].store(1, std::memory_order_release);
+    checked_[index].store(tag, std::memory_order_release);
   }
   encoded->kind = kind;
   encoded->width = info.width;
@@ -68,7 +68,7 @@ void Dataset::check_gpu_files(int threads) const {
     DecodeScratch scratch;
     EncodedImage encoded;
     for (int64_t i = next++; i < size(); i = next++) {
-      if (checked_[i].load(std::memory_order_acquire)) continue;
+      if (checked_[i].load(std::memory_order_acquire) != 0) continue;
       try {
         read_file(folder_.samples[i].path, encoded.bytes);
         SampleRng rng(0);

@@ -43,8 +43,9 @@ class Dataset {
   // it here), so that bad files are found, named and replaced exactly as on the CPU path.
   int load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label, DecodeScratch& scratch,
            EncodedImage* encoded = nullptr) const;
-  // Checks every JPEG the GPU would decode that is not checked yet, with `threads` threads, recording bad files
-  // as load() would (the bench calls it so that its rows time the steady state, not the first pass).
+  // Checks every JPEG the GPU would decode that is not checked yet, with `threads` threads (the bench calls it so
+  // that its rows time the steady state, not the first pass). Bad files are left unchecked: load() meets them
+  // again and names, counts and replaces them as it does on the CPU path.
   void check_gpu_files(int threads) const;
 
   // Bad files are recorded once each, with the reason of their first failure, however often they are loaded
@@ -71,9 +72,9 @@ class Dataset {
   mutable std::mutex bad_mutex_;                 // guards the two below
   mutable std::unordered_set<int64_t> bad_seen_;  // sample indices found bad
   mutable std::vector<BadImage> bad_new_;         // found since the last take_new_bad_images()
-  // gpu_decode: which files passed check_jpeg already (1), one flag per sample, set once by whichever worker
-  // checked it first.
-  std::unique_ptr<std::atomic<uint8_t>[]> checked_;
+  // gpu_decode: per sample, the size + 1 of the file as check_jpeg passed it (0: not checked). Files are read
+  // again every epoch: one that changed size since is checked again (a change keeping the size is not seen).
+  std::unique_ptr<std::atomic<int64_t>[]> checked_;
 };
 
 }  // namespace pinfeed::data

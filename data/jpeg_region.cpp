@@ -39,9 +39,9 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, const cv::Rect& box, i
   cinfo.scale_denom = static_cast<unsigned>(scale_denom);
   jpeg_start_decompress(&cinfo);  // multi-scan files (progressive) are entropy-decoded whole here
 
-  const int W = static_cast<int>(cinfo.output_width), H = static_cast<int>(cinfo.output_height);
-  int x0 = std::clamp(box.x / scale_denom, 0, W - 1), y0 = std::clamp(box.y / scale_denom, 0, H - 1);
-  const int w = std::clamp(box.width / scale_denom, 1, W - x0), h = std::clamp(box.height / scale_denom, 1, H - y0);
+  const CropBox scaled = scaled_crop({box.x, box.y, box.width, box.height}, static_cast<int>(cinfo.output_width),
+                                     static_cast<int>(cinfo.output_height), scale_denom);
+  const int x0 = scaled.x, y0 = scaled.y, w = scaled.w, h = scaled.h;
   JDIMENSION xoffset = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(w);
   jpeg_crop_scanline(&cinfo, &xoffset, &width);  // widens to iMCU boundaries
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));

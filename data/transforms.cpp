@@ -1,6 +1,7 @@
 #include "data/transforms.h"
 
 #include "data/jpeg_check.h"
+#include "data/jpeg_header.h"
 #include "data/jpeg_region.h"
 
 #include <algorithm>
@@ -67,23 +68,6 @@ const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 uint32_t be16(const uint8_t* p) { return (uint32_t(p[0]) << 8) | p[1]; }
 uint32_t be32(const uint8_t* p) { return (be16(p) << 16) | be16(p + 2); }
 
-bool peek_jpeg(const uint8_t* d, size_t n, int* w, int* h) {
-  size_t i = 2;
-  while (i + 9 < n) {
-    if (d[i] != 0xFF) return false;
-    const uint8_t marker = d[i + 1];
-    if (marker == 0xFF) { ++i; continue; }  // fill byte
-    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-    if (sof) {
-      *h = static_cast<int>(be16(d + i + 5));
-      *w = static_cast<int>(be16(d + i + 7));
-      return *w > 0 && *h > 0;
-    }
-    if (marker == 0xD8 || (marker >= 0xD0 && marker <= 0xD7)) { i += 2; continue; }
-    i += 2 + be16(d + i + 2);
-  }
-  return false;
-}
 
 // BGR uint8 (S, S, 3) -> the batch slot, flipping on the way when asked.
 void write_pixels(const cv::Mat& bgr, bool flip, const TransformOptions& o, void* dst) {
@@ -132,8 +116,24 @@ int reduction_for(const CropBox& box, int size) {
   return 1;
 }
 
+CropBox scaled_crop(const CropBox& box, int scaled_width, int scaled_height, int r) {
+  CropBox s;
+  s.x = std::clamp(box.x / r, 0, scaled_width - 1);
+  s.y = std::clamp(box.y / r, 0, scaled_height - 1);
+  s.w = std::clamp(box.w / r, 1, scaled_width - s.x);
+  s.h = std::clamp(box.h / r, 1, scaled_height - s.y);
+  s.flip = box.flip;
+  return s;
+}
+
 bool peek_image_size(const uint8_t* d, size_t n, int* w, int* h) {
-  if (n >= 4 && d[0] == 0xFF && d[1] == 0xD8) return peek_jpeg(d, n, w, h);
+  if (n >= 4 && d[0] == 0xFF && d[1] == 0xD8) {
+    JpegInfo info;
+    if (!parse_jpeg_info(d, n, &info)) return false;
+    *w = info.width;
+    *h = info.height;
+    return true;
+  }
   if (n >= 24 && std::memcmp(d, kPngSignature, 8) == 0) {
     *w = static_cast<int>(be32(d + 16));
     *h = static_cast<int>(be32(d + 20));

@@ -56,6 +56,10 @@ CropBox val_crop(int width, int height, const TransformOptions& options);
 // crop-region decode shrinks by it for free, and the GPU path averages blocks of it to give the same pixels.
 int reduction_for(const CropBox& box, int size);
 
+// The crop `box` in the pixels of the image shrunk by `reduction` (scaled_width x scaled_height, libjpeg's
+// rounded-up output size), clamped inside it: what the crop-region decode reads, and what the GPU path resizes.
+CropBox scaled_crop(const CropBox& box, int scaled_width, int scaled_height, int reduction);
+
 // Width and height from a JPEG (SOFn) or PNG (IHDR) header without decoding; false if not found.
 bool peek_image_size(const uint8_t* data, size_t size, int* width, int* height);
 // Why an image of this size is refused under max_pixels (0: no limit), naming the limit; empty if it is not.
@@ -82,7 +86,7 @@ void decode_into(const uint8_t* file, size_t file_size, bool train, const Transf
                  SampleRng& rng, DecodeScratch& scratch, void* dst);
 
 // decode_into with the crop already drawn from the header's size: the GPU path's CPU fallback, for a file the GPU
-// decoder did not take. Same checks and errors.
+// decoder did not take. Same checks and errors, and "unreadable image header" when the header gives no size.
 void decode_box_into(const uint8_t* file, size_t file_size, const CropBox& box, const TransformOptions& options,
                      DecodeScratch& scratch, void* dst);
 

@@ -226,7 +226,13 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
     const SlotLayout& layout = ring_->layout();
     const int64_t from = cpu_pixels ? 0 : layout.labels_offset;
     device_slot.narrow(0, from, host.numel() - from).copy_(host.narrow(0, from, host.numel() - from), options_.non_blocking);
-    decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), *stream);
+    try {
+      decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), *stream);
+    } catch (...) {
+      gpu::synchronize(*stream);  // nothing issued may still read the slot when it goes back
+      loader_->recycle(*batch);
+      throw;
+    }
   } else {
     device_slot.copy_(host, options_.non_blocking);
   }

@@ -61,7 +61,8 @@ DEFAULTS = {
     "pipeline": {"mode": "", "pin_memory": False, "non_blocking": False, "prefetch": "none",
                  "transfer_dtype": "float32", "pinned_budget_mb": 0, "max_steps_ahead": 2, "warmup_steps": 10},
     "dist": {"backend": "auto", "bucket_mb": 25.0, "overlap": True, "timeout_s": 300},
-    "run": {"name": "run", "dir": "runs", "log_steps": False, "checkpoint_every": 1, "progress_interval_s": 10.0},
+    "run": {"name": "run", "dir": "runs", "log_steps": False, "trace_steps": "", "checkpoint_every": 1,
+            "progress_interval_s": 10.0},
 }
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 EXIT_USAGE = 2

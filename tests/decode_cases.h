@@ -50,11 +50,11 @@ inline std::vector<NamedFile> decode_cases(bool corrupt) {
     files.push_back({"baseline_420_" + tag, encode(img, ".jpg", {cv::IMWRITE_JPEG_QUALITY, 95})});
     files.push_back({"progressive_" + tag, encode(img, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})});
     files.push_back({"grayscale_" + tag, encode(gray, ".jpg")});
-    files.push_back({"sampling_444_" + tag, encode_libjpeg(img, false)});
+    files.push_back({"sampling_444_" + tag, encode_libjpeg(img, Libjpeg::k444)});
     files.push_back({"restart_markers_" + tag, encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})});
   }
   const cv::Mat img = smooth_image(200, 150, 9);
-  files.push_back({"cmyk", encode_libjpeg(img, true)});
+  files.push_back({"cmyk", encode_libjpeg(img, Libjpeg::kCmyk)});
   files.push_back({"png", encode(img, ".png")});
   files.push_back({"exif_orientation", with_exif(encode(img, ".jpg"))});
   if (corrupt) {

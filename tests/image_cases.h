@@ -21,8 +21,17 @@ namespace pinfeed::test {
 
 using Bytes = std::vector<uint8_t>;
 
-// libjpeg directly, for what OpenCV 4.6 cannot write: CMYK and 4:4:4 chroma sampling.
-inline Bytes encode_libjpeg(const cv::Mat& bgr, bool cmyk) {
+// What libjpeg can write and OpenCV 4.6 cannot.
+enum class Libjpeg {
+  k444,           // YCbCr 4:4:4, baseline
+  kCmyk,          // CMYK (Adobe marker)
+  kRgb,           // RGB stored as is (Adobe marker, transform 0)
+  kMultiScan,     // baseline, one scan per component (non-interleaved)
+  kExtended,      // extended sequential (SOF1): quantisation tables over 255, at quality 5
+};
+
+inline Bytes encode_libjpeg(const cv::Mat& bgr, Libjpeg kind) {
+  const bool cmyk = kind == Libjpeg::kCmyk;
   jpeg_compress_struct cinfo;
   jpeg_error_mgr err;
   cinfo.err = jpeg_std_error(&err);
@@ -35,8 +44,15 @@ inline Bytes encode_libjpeg(const cv::Mat& bgr, bool cmyk) {
   cinfo.input_components = cmyk ? 4 : 3;
   cinfo.in_color_space = cmyk ? JCS_CMYK : JCS_EXT_BGR;
   jpeg_set_defaults(&cinfo);  // CMYK in, CMYK (Adobe) out; else YCbCr
-  jpeg_set_quality(&cinfo, 90, TRUE);
+  jpeg_set_quality(&cinfo, kind == Libjpeg::kExtended ? 5 : 90, /*force_baseline=*/kind != Libjpeg::kExtended);
+  if (kind == Libjpeg::kRgb) jpeg_set_colorspace(&cinfo, JCS_RGB);
   if (!cmyk) cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;  // 4:4:4
+  jpeg_scan_info scans[3];
+  if (kind == Libjpeg::kMultiScan) {
+    for (int c = 0; c < 3; ++c) scans[c] = {1, {c, 0, 0, 0}, 0, 63, 0, 0};
+    cinfo.scan_info = scans;
+    cinfo.num_scans = 3;
+  }
   jpeg_start_compress(&cinfo, TRUE);
   std::vector<uint8_t> row(static_cast<size_t>(bgr.cols) * cinfo.input_components);
   for (int y = 0; y < bgr.rows; ++y) {
@@ -136,8 +152,8 @@ inline std::vector<Case> unusual_valid_files() {
       {"progressive", encode(img, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})},
       {"grayscale", encode(gray, ".jpg")},
       {"restart_markers", encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})},
-      {"sampling_444", encode_libjpeg(img, false)},
-      {"cmyk", encode_libjpeg(img, true)},
+      {"sampling_444", encode_libjpeg(img, Libjpeg::k444)},
+      {"cmyk", encode_libjpeg(img, Libjpeg::kCmyk)},
       {"exif_orientation", with_exif(encode(img, ".jpg"))},
       {"bytes_after_eoi", trailing},
       {"png", encode(img, ".png")},

@@ -11,7 +11,7 @@ namespace {
 
 GpuDecode kind_of(const test::Bytes& bytes) {
   JpegInfo info;
-  if (!parse_jpeg_info(bytes.data(), bytes.size(), &info)) return GpuDecode::kNone;
+  if (!parse_jpeg_info(bytes.data(), bytes.size(), &info, /*count_scans=*/true)) return GpuDecode::kNone;
   return gpu_decode_for(info, 0);
 }
 
@@ -31,6 +31,19 @@ TEST(JpegHeader, EachKindOfFileGoesToTheDecoderThatTakesIt) {
   EXPECT_EQ(info.sampling[0], 0x22);  // OpenCV writes 4:2:0
   EXPECT_EQ(gpu_decode_for(info, 64 * 48 - 1), GpuDecode::kNone);  // over the GPU's pixel bound: the CPU
   EXPECT_FALSE(parse_jpeg_info(jpg.data(), 20, &info));  // cut before the frame header
+
+  // What the hardware engines do not take (nvjpeg.h: baseline, single scan), and what libjpeg reads as RGB.
+  const cv::Mat img = test::smooth_image(64, 48, 3);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kMultiScan)), GpuDecode::kHybrid);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kExtended)), GpuDecode::kHybrid);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kRgb)), GpuDecode::kNone);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::k444)), GpuDecode::kHardware);
+  test::Bytes ff01 = jpg;  // a TEM marker (no length) after SOI: libjpeg and both header readers skip it
+  ff01.insert(ff01.begin() + 2, {0xFF, 0x01});
+  int w = 0, h = 0;
+  ASSERT_TRUE(peek_image_size(ff01.data(), ff01.size(), &w, &h));
+  EXPECT_EQ(w, 64);
+  EXPECT_EQ(kind_of(ff01), GpuDecode::kHardware);
 }
 
 // What a sample becomes through the GPU path's CPU half: the CPU's pixels when it decoded them, else the CPU

@@ -70,20 +70,27 @@ struct JpegDecoder::Impl {
   JpegDecodeStats stats;
 
   Impl(c10::Device d, const data::TransformOptions& t, int64_t budget) : device(d), transform(t), budget_bytes(budget) {
-    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hardware) ==
-        NVJPEG_STATUS_SUCCESS) {
-      for (auto& state : hardware_states) check(nvjpegJpegStateCreate(hardware, &state), "state (hardware)");
-      for (auto& event : state_done) C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    } else {
-      hardware = nullptr;
-      log::warn("nvJPEG: this GPU has no hardware JPEG decoder; every JPEG goes to the hybrid decoder");
+    try {
+      if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hardware) ==
+          NVJPEG_STATUS_SUCCESS) {
+        for (auto& state : hardware_states) check(nvjpegJpegStateCreate(hardware, &state), "state (hardware)");
+        for (auto& event : state_done) C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      } else {
+        hardware = nullptr;
+        log::warn("nvJPEG: this GPU has no hardware JPEG decoder; every JPEG goes to the hybrid decoder");
+      }
+      check(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &single), "create");
+      check(nvjpegJpegStateCreate(single, &single_state), "state");
+    } catch (...) {
+      release();  // a constructor that throws gets no destructor
+      throw;
     }
-    check(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &single), "create");
-    check(nvjpegJpegStateCreate(single, &single_state), "state");
     stats.hardware_backend = hardware != nullptr;
   }
 
-  ~Impl() {
+  ~Impl() { release(); }
+
+  void release() {
     if (single_state) nvjpegJpegStateDestroy(single_state);
     if (single) nvjpegDestroy(single);
     for (int i = 0; i < kStates; ++i) {
@@ -94,6 +101,10 @@ struct JpegDecoder::Impl {
       if (hardware_states[i]) nvjpegJpegStateDestroy(hardware_states[i]);
     }
     if (hardware) nvjpegDestroy(hardware);
+    single_state = nullptr;
+    single = nullptr;
+    hardware = nullptr;
+    for (int i = 0; i < kStates; ++i) state_done[i] = nullptr, hardware_states[i] = nullptr;
   }
 
   // The CPU path's pixels for a file nvJPEG refused, copied into its sample of `out` (a blocking copy from
@@ -183,12 +194,10 @@ struct JpegDecoder::Impl {
     for (size_t k = 0; k < chunk.size(); ++k) {
       if (!decoded[k]) continue;
       const data::EncodedImage& e = images[chunk[k]];
-      // The crop in the shrunk image, exactly as the CPU path's region decode computes it (jpeg_region.cpp).
+      // The crop in the shrunk image, as the CPU path's region decode takes it (jpeg_region.cpp).
       const int r = e.reduction;
-      const int shrunk_w = (e.width + r - 1) / r, shrunk_h = (e.height + r - 1) / r;
-      const int x = std::clamp(e.box.x / r, 0, shrunk_w - 1), y = std::clamp(e.box.y / r, 0, shrunk_h - 1);
-      const int w = std::clamp(e.box.w / r, 1, shrunk_w - x), h = std::clamp(e.box.h / r, 1, shrunk_h - y);
-      jobs.push_back({base + offset[k], e.width * 3, e.width, e.height, r, x, y, w, h, e.box.flip ? 1 : 0,
+      const data::CropBox c = data::scaled_crop(e.box, (e.width + r - 1) / r, (e.height + r - 1) / r, r);
+      jobs.push_back({base + offset[k], e.width * 3, e.width, e.height, r, c.x, c.y, c.w, c.h, c.flip ? 1 : 0,
                       static_cast<int>(chunk[k])});
     }
     if (jobs.empty()) return;
