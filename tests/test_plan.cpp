@@ -24,6 +24,15 @@ TEST(Plan, MaxImagePixelsReachesTheTransformOptions) {
   EXPECT_EQ(resolve_plan(cpu_config({"data.max_image_pixels=0"})).transform.max_image_pixels, 0);
 }
 
+TEST(Plan, TheGpuDecoderNeedsCudaAndAutoFallsBackToTheCpu) {
+  const auto e = plan_error(cpu_config({"data.decoder=nvjpeg"}));
+  EXPECT_NE(e.find("data.decoder = \"nvjpeg\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
+  const Plan automatic = resolve_plan(cpu_config({"data.decoder=auto"}));
+  EXPECT_FALSE(automatic.transform.gpu_decode);
+  EXPECT_EQ(automatic.transform.format, data::PixelFormat::kFloat32Chw);  // pipeline.transfer_dtype as given
+  EXPECT_FALSE(resolve_plan(cpu_config()).transform.gpu_decode);
+}
+
 TEST(Plan, MoreThanFourDecodeThreadsPerCoreAreRefusedNamingTheKey) {
   const int cap = static_cast<int>(4 * std::max(1u, std::thread::hardware_concurrency()));
   if (cap >= 1024) GTEST_SKIP() << "the key's own limit (1024) is below 4 x cores here";
