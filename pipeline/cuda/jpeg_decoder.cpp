@@ -62,6 +62,8 @@ struct JpegDecoder::Impl {
   cudaEvent_t state_done[kStates] = {};
   bool state_used[kStates] = {};
   int next_state = 0;
+  static constexpr int kLoggedFailures = 5;
+  int64_t failed_batches = 0;  // hardware batches nvJPEG refused (their images went one at a time)
   nvjpegHandle_t single = nullptr;  // default backend, one image at a time
   nvjpegJpegState_t single_state = nullptr;
   data::DecodeScratch scratch;  // CPU fallback
@@ -167,8 +169,11 @@ struct JpegDecoder::Impl {
         for (size_t k : batch) decoded[k] = 1;
         counts.hardware += n;
       } else {
-        log::warn(std::string("nvJPEG hardware batch of ") + std::to_string(n) + " failed (" + status_name(s) +
-                  "); decoding its images one at a time");
+        if (++failed_batches <= kLoggedFailures) {
+          log::warn(std::string("nvJPEG hardware batch of ") + std::to_string(n) + " failed (" + status_name(s) +
+                    "); decoding its images one at a time" +
+                    (failed_batches == kLoggedFailures ? " (further failures are not logged)" : ""));
+        }
       }
     }
     // One at a time: the rest, and a hardware batch that failed.
