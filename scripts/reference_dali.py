@@ -271,18 +271,20 @@ def summarise(name, results, extra):
 
 
 def pinfeed_curve(paths):
-    """[(decode threads, dual_stream samples/s median)] from `pinfeed bench` JSON files."""
-    points = []
+    """{decoder: [(decode threads, dual_stream samples/s median)]} from `pinfeed bench` JSON files (meta.decoder:
+    "cpu" or "nvjpeg"; files of older pinfeed versions count as "cpu")."""
+    curves = {}
     for path in paths:
         with open(path) as f:
             doc = json.load(f)
         for r in doc["rows"]:
             if r["mode"] == "dual_stream" and r.get("samples_per_s_median"):
-                points.append((doc["meta"]["workers"], r["samples_per_s_median"]))
-    return sorted(points)
+                decoder = doc["meta"].get("decoder", "cpu")
+                curves.setdefault(decoder, []).append((doc["meta"]["workers"], r["samples_per_s_median"]))
+    return {d: sorted(points) for d, points in curves.items()}
 
 
-def plot_curve(rows, path, pinfeed=()):
+def plot_curve(rows, path, pinfeed=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -295,10 +297,10 @@ def plot_curve(rows, path, pinfeed=()):
     for key, pts in sorted(lines.items()):
         pts.sort()
         ax.plot([t for t, _ in pts], [v for _, v in pts], marker="o", label=f"DALI {key}")
-    if pinfeed:
-        lines["pinfeed"] = list(pinfeed)
-        ax.plot([t for t, _ in pinfeed], [v for _, v in pinfeed], marker="s", color="black",
-                label="pinfeed dual_stream (decode threads)")
+    for decoder, pts in sorted((pinfeed or {}).items()):
+        lines["pinfeed " + decoder] = list(pts)
+        ax.plot([t for t, _ in pts], [v for _, v in pts], marker="s", color="black",
+                ls="-" if decoder == "nvjpeg" else ":", label=f"pinfeed dual_stream, decoder {decoder}")
     for r in rows:
         if r.get("kind") == "gpu_resident":
             ax.axhline(r["samples_per_s_median"], color="grey", ls="--", label="gpu_resident (compute ceiling)")
