@@ -8,6 +8,18 @@
 
 namespace pinfeed::data {
 
+void jpeg::open_within_limit(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, int64_t max_pixels) {
+  jpeg_create_decompress(cinfo);
+  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(cinfo, TRUE);  // not a JPEG, no image, corrupt header: error_exit
+  // No libjpeg call while the string lives: a longjmp would skip its destructor.
+  const std::string too_big = pixel_limit_error(cinfo->image_width, cinfo->image_height, max_pixels);
+  if (!too_big.empty()) {
+    jpeg_destroy_decompress(cinfo);
+    throw std::runtime_error(too_big);
+  }
+}
+
 void check_jpeg(const uint8_t* data, size_t size, int64_t max_pixels, std::vector<uint8_t>& buffer) {
   jpeg_decompress_struct cinfo;
   jpeg::ErrorManager err;
@@ -17,16 +29,7 @@ void check_jpeg(const uint8_t* data, size_t size, int64_t max_pixels, std::vecto
     jpeg_destroy_decompress(&cinfo);
     throw std::runtime_error(std::string("libjpeg: ") + err.error);
   }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
-  jpeg_read_header(&cinfo, TRUE);
-  {  // scoped: a later longjmp must not skip a live std::string's destructor
-    const std::string too_big = pixel_limit_error(cinfo.image_width, cinfo.image_height, max_pixels);
-    if (!too_big.empty()) {
-      jpeg_destroy_decompress(&cinfo);
-      throw std::runtime_error(too_big);
-    }
-  }
+  jpeg::open_within_limit(&cinfo, data, size, max_pixels);
   cinfo.scale_num = 1;
   cinfo.scale_denom = 8;  // DC-only IDCT: the output is thrown away, only the entropy decode matters
   cinfo.do_fancy_upsampling = FALSE;

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <csetjmp>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 
 #include <jpeglib.h>
@@ -39,5 +41,11 @@ inline void install(jpeg_decompress_struct* cinfo, ErrorManager* err) {
   err->base.error_exit = on_jpeg_error;
   err->base.emit_message = on_jpeg_message;
 }
+
+// Called after the caller's setjmp: creates the decompressor over `data` and reads the header (libjpeg's errors
+// longjmp to the caller), then refuses a header over max_pixels (0: no limit) before anything is allocated for
+// pixels: destroys the decompressor and throws std::runtime_error naming the limit. The header's size, not a
+// peeked one, is what libjpeg would allocate for. (jpeg_check.cpp)
+void open_within_limit(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, int64_t max_pixels);
 
 }  // namespace pinfeed::data::jpeg

@@ -19,17 +19,7 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, const cv::Rect& box, i
     jpeg_destroy_decompress(&cinfo);
     throw std::runtime_error(std::string("libjpeg: ") + err.error);
   }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
-  jpeg_read_header(&cinfo, TRUE);  // not a JPEG, no image, corrupt header: error_exit
-  // The header's size, not the peeked one, is what libjpeg would allocate for: check it before it does.
-  {  // scoped: a later longjmp must not skip a live std::string's destructor
-    const std::string too_big = pixel_limit_error(cinfo.image_width, cinfo.image_height, max_pixels);
-    if (!too_big.empty()) {
-      jpeg_destroy_decompress(&cinfo);
-      throw std::runtime_error(too_big);
-    }
-  }
+  jpeg::open_within_limit(&cinfo, data, size, max_pixels);
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
     return false;
