@@ -27,16 +27,19 @@ Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, Bad
 
 bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
   const std::vector<uint8_t>& file = encoded->bytes;
+  // A file checked before at this size keeps its decoder: no second pass over its entropy data to count scans.
+  const int64_t size_tag = (static_cast<int64_t>(file.size()) + 1) << 2;
+  const int64_t known = checked_[index].load(std::memory_order_acquire);
+  const bool checked = (known & ~int64_t{3}) == size_tag;
   JpegInfo info;
-  if (!parse_jpeg_info(file.data(), file.size(), &info, /*count_scans=*/true)) return false;  // PNG, odd header: the CPU path
+  if (!parse_jpeg_info(file.data(), file.size(), &info, /*count_scans=*/!checked)) return false;  // PNG, odd header
   const std::string too_big = pixel_limit_error(info.width, info.height, transform_.max_image_pixels);
   if (!too_big.empty()) throw std::runtime_error(too_big);
-  const GpuDecode kind = gpu_decode_for(info, kMaxGpuPixels);
+  const GpuDecode kind = checked ? static_cast<GpuDecode>(known & 3) : gpu_decode_for(info, kMaxGpuPixels);
   if (kind == GpuDecode::kNone) return false;
-  const int64_t tag = static_cast<int64_t>(file.size()) + 1;
-  if (checked_[index].load(std::memory_order_acquire) != tag) {
+  if (!checked) {
     check_jpeg(file.data(), file.size(), transform_.max_image_pixels, scratch.region);  // throws if bad
-    checked_[index].store(tag, std::memory_order_release);
+    checked_[index].store(size_tag | static_cast<int64_t>(kind), std::memory_order_release);
   }
   encoded->kind = kind;
   encoded->width = info.width;

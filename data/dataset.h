@@ -72,8 +72,9 @@ class Dataset {
   mutable std::mutex bad_mutex_;                 // guards the two below
   mutable std::unordered_set<int64_t> bad_seen_;  // sample indices found bad
   mutable std::vector<BadImage> bad_new_;         // found since the last take_new_bad_images()
-  // gpu_decode: per sample, the size + 1 of the file as check_jpeg passed it (0: not checked). Files are read
-  // again every epoch: one that changed size since is checked again (a change keeping the size is not seen).
+  // gpu_decode: per sample, (the file's size + 1) << 2 | its GpuDecode, once check_jpeg passed it (0: not
+  // checked). Files are read again every epoch: one that changed size since is classified and checked again (a
+  // change keeping the size is not seen).
   std::unique_ptr<std::atomic<int64_t>[]> checked_;
 };
 
