@@ -246,23 +246,20 @@ TEST(BadImages, BadReplacementsAreRecordedOnceEach) {
 }
 
 TEST(BadImages, FailPolicyNamesTheFileAndTheReason) {
-  const std::string root = test::make_dataset("bad_fail_reason", 1, 2, 1, 32);
+  const std::string root = test::make_dataset("bad_fail_reason", 1, 3, 1, 32);
   ImageFolder folder = scan_image_folder(root, "train");
-  Bytes cut = corrupt_files()[0].bytes;  // truncated, end-of-image marker put back
-  write_file(folder.samples[0].path, cut);
+  write_file(folder.samples[0].path, corrupt_files()[0].bytes);  // truncated, end-of-image marker put back
+  write_file(folder.samples[1].path, Bytes{'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'});
   TransformOptions o;
   o.size = 16;
   Dataset ds(folder, o, true, BadImagePolicy::kFail);
   test::SampleReader reader(ds);
-  try {
-    reader.load(0, 0, 0);
-    FAIL() << "expected DataError";
-  } catch (const DataError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find(folder.samples[0].path), std::string::npos) << what;
-    EXPECT_NE(what.find("libjpeg: Corrupt JPEG data"), std::string::npos) << what;
-  }
-  EXPECT_EQ(ds.distinct_bad_images(), 1);  // recorded under fail too, for the run folder's list
+  const std::string corrupt = test::message_of<DataError>([&] { reader.load(0, 0, 0); });
+  EXPECT_NE(corrupt.find(folder.samples[0].path), std::string::npos) << corrupt;
+  EXPECT_NE(corrupt.find("libjpeg: Corrupt JPEG data"), std::string::npos) << corrupt;
+  const std::string not_jpeg = test::message_of<DataError>([&] { reader.load(1, 0, 0); });
+  EXPECT_NE(not_jpeg.find(folder.samples[1].path), std::string::npos) << not_jpeg;
+  EXPECT_EQ(ds.distinct_bad_images(), 2);  // recorded under fail too, for the run folder's list
 }
 
 }  // namespace

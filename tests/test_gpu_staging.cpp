@@ -46,6 +46,15 @@ TEST(JpegHeader, EachKindOfFileGoesToTheDecoderThatTakesIt) {
   EXPECT_EQ(kind_of(ff01), GpuDecode::kHardware);
 }
 
+// uint8 pixels (what the GPU path needs), decoded on the GPU or not.
+TransformOptions uint8_options(int size, bool gpu_decode) {
+  TransformOptions o;
+  o.size = size;
+  o.format = PixelFormat::kUint8Hwc;
+  o.gpu_decode = gpu_decode;
+  return o;
+}
+
 // What a sample becomes through the GPU path's CPU half: the CPU's pixels when it decoded them, else the CPU
 // decoding the EncodedImage's file with its box (decode_box_into, the same geometry the GPU uses).
 std::vector<uint8_t> staged_pixels(const Dataset& ds, int64_t index, uint64_t seed, int64_t epoch, int* bad,
@@ -63,12 +72,8 @@ TEST(GpuStaging, EverySampleGetsTheCpuPathsCropAndBadFilesTheCpuPathsReplacement
   const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/true);
   const ImageFolder folder = test::write_folder("gpu_staging", files);
   for (bool train : {true, false}) {
-    TransformOptions o;
-    o.size = 64;
-    o.format = PixelFormat::kUint8Hwc;
-    const Dataset cpu(folder, o, train, BadImagePolicy::kSkip);
-    o.gpu_decode = true;
-    const Dataset gpu(folder, o, train, BadImagePolicy::kSkip);
+    const Dataset cpu(folder, uint8_options(64, false), train, BadImagePolicy::kSkip);
+    const Dataset gpu(folder, uint8_options(64, true), train, BadImagePolicy::kSkip);
     test::SampleReader reader(cpu);
     std::vector<uint8_t> cpu_pixels(cpu.image_bytes());
     DecodeScratch scratch;
@@ -96,11 +101,7 @@ TEST(GpuStaging, ABadFileStopsTheRunUnderPolicyFailAsOnTheCpuPath) {
   const std::vector<test::NamedFile> files = {{"good", test::encode(test::smooth_image(80, 60, 2), ".jpg")},
                                               {"bad", test::corrupt_files()[0].bytes, true}};
   const ImageFolder folder = test::write_folder("gpu_staging_fail", files);
-  TransformOptions o;
-  o.size = 32;
-  o.format = PixelFormat::kUint8Hwc;
-  o.gpu_decode = true;
-  const Dataset ds(folder, o, true, BadImagePolicy::kFail);
+  const Dataset ds(folder, uint8_options(32, true), true, BadImagePolicy::kFail);
   int bad = 0;
   int64_t label = 0;
   EncodedImage encoded;
@@ -114,11 +115,7 @@ TEST(GpuStaging, ABadFileStopsTheRunUnderPolicyFailAsOnTheCpuPath) {
 TEST(GpuStaging, ThePrePassChecksEachFileOnceAndLeavesBadOnesToLoad) {
   const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/true);
   const ImageFolder folder = test::write_folder("gpu_staging_prepass", files);
-  TransformOptions o;
-  o.size = 32;
-  o.format = PixelFormat::kUint8Hwc;
-  o.gpu_decode = true;
-  const Dataset ds(folder, o, true, BadImagePolicy::kSkip);
+  const Dataset ds(folder, uint8_options(32, true), true, BadImagePolicy::kSkip);
   ds.check_gpu_files(2);
   EXPECT_EQ(ds.distinct_bad_images(), 0);  // found, not yet named: load() names and counts them as it meets them
   int bad = 0;

@@ -6,7 +6,6 @@
 #include <fstream>
 
 #include "data/dataset.h"
-#include "data/error.h"
 #include "data/jpeg_region.h"
 #include "data/transforms.h"
 #include "test_util.h"
@@ -106,23 +105,6 @@ TEST(Dataset, BadImageIsReplacedAndCountedUnderSkip) {
   EXPECT_GE(reader.load(0, 0, 0), 1);
   EXPECT_EQ(ds.distinct_bad_images(), 1);
   EXPECT_GE(reader.label, 0);
-}
-
-TEST(Dataset, BadImageFailsWithItsPathUnderFail) {
-  const std::string root = test::make_dataset("bad_fail", 2, 4, 1, 32);
-  ImageFolder folder = scan_image_folder(root, "train");
-  const std::string bad = folder.samples[1].path;
-  { std::ofstream(bad, std::ios::trunc) << "not a jpeg"; }
-  TransformOptions o;
-  o.size = 16;
-  Dataset ds(folder, o, true, BadImagePolicy::kFail);
-  test::SampleReader reader(ds);
-  try {
-    reader.load(1, 0, 0);
-    FAIL() << "expected DataError";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos);
-  }
 }
 
 }  // namespace
