@@ -226,26 +226,11 @@ def dali_batches(iterator, channels_last, float_input):
 
 
 def loader_only(args, batches, device):
-    import time
-
     import torch
-    from reference_pytorch import summarize
-    cuda = device.type == "cuda"
-    for _ in range(args.warmup):
-        next(batches)
-    if cuda:
-        torch.cuda.synchronize(device)
-    waits, samples, t0 = [], 0, time.perf_counter()
-    for _ in range(args.steps):
-        w0 = time.perf_counter()
-        _, y = next(batches)
-        waits.append((time.perf_counter() - w0) * 1e3)
-        samples += y.shape[0]
-    if cuda:
-        torch.cuda.synchronize(device)  # every stream, DALI's too
-    wait_mean, wait_p50 = summarize(waits)
-    return {"samples_per_s": samples / (time.perf_counter() - t0), "wait_ms_p50": wait_p50, "wait_ms_mean": wait_mean,
-            "gpu_idle": None, "h2d_ms_mean": None}
+    from reference_pytorch import time_loader
+    # synchronize() waits for every stream, DALI's too
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    return time_loader(batches, args.warmup, args.steps, sync)
 
 
 def row_name(decoder, threads, hw_load):

@@ -95,6 +95,24 @@ def summarize(values):
     return (statistics.fmean(values), statistics.median(values)) if values else (None, None)
 
 
+def time_loader(batches, warmup, steps, sync=lambda: None):
+    """The loader_only row: `steps` batches taken with no model, after `warmup`; sync() waits for the device
+    (a loader whose batches land on the GPU) before the clock starts and before it stops."""
+    for _ in range(warmup):
+        next(batches)
+    sync()
+    waits, samples, t0 = [], 0, time.perf_counter()
+    for _ in range(steps):
+        w0 = time.perf_counter()
+        _, y = next(batches)
+        waits.append((time.perf_counter() - w0) * 1e3)
+        samples += y.shape[0]
+    sync()
+    wait_mean, wait_p50 = summarize(waits)
+    return {"samples_per_s": samples / (time.perf_counter() - t0), "wait_ms_p50": wait_p50, "wait_ms_mean": wait_mean,
+            "gpu_idle": None, "h2d_ms_mean": None}
+
+
 def cycle(iterable_factory):
     while True:
         for item in iterable_factory():
@@ -149,18 +167,7 @@ def run_mode(args, mode, model, opt, device):
         lambda x: x.contiguous(memory_format=fmt))
     if mode == "loader_only":
         _, it = batch_stream(args, False)
-        for _ in range(args.warmup):
-            next(it)
-        waits, samples, t0 = [], 0, time.perf_counter()
-        for _ in range(args.steps):
-            w0 = time.perf_counter()
-            _, y = next(it)
-            waits.append((time.perf_counter() - w0) * 1e3)
-            samples += y.shape[0]
-        seconds = time.perf_counter() - t0
-        wait_mean, wait_p50 = summarize(waits)
-        return {"samples_per_s": samples / seconds, "wait_ms_p50": wait_p50, "wait_ms_mean": wait_mean,
-                "gpu_idle": None, "h2d_ms_mean": None}
+        return time_loader(it, args.warmup, args.steps)
     if mode == "gpu_resident":
         _, it = batch_stream(args, False)
         x, y = next(it)
