@@ -105,13 +105,7 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
 
 void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
   if (copier_.joinable()) {
-    stop_copier_epoch();
-    loader_->start_epoch(epoch, first_batch);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      copying_ = true;
-    }
-    cv_.notify_all();
+    start_copier_epoch(epoch, first_batch);
     return;
   }
   if (held_) {
@@ -121,35 +115,63 @@ void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
   loader_->start_epoch(epoch, first_batch);
 }
 
-void Feeder::stop_copier_epoch() {
+void Feeder::start_copier_epoch(int64_t epoch, int64_t first_batch) {
   std::unique_lock<std::mutex> lock(mutex_);
-  copying_ = false;
-  cv_.wait(lock, [&] { return !busy_; });  // a transfer in progress lands in the queue, dropped next
-  // Batches copied but not taken: their slots are fenced on their copies already, and their device memory
-  // goes back to the caching allocator in copy-stream order, so dropping them is safe.
-  copied_.clear();
+  // The copier already in this epoch from its start (it carried on past the current one's end): keep what it
+  // copied, without waiting for the batch it may be copying now. Else stop it and start over.
+  if (!(first_batch == 0 && epoch == epoch_ + 1 && copy_epoch_ == epoch && copying_)) {
+    copying_ = false;
+    cv_.wait(lock, [&] { return !busy_; });  // a transfer in progress lands in the queue, dropped below
+    lock.unlock();
+    loader_->start_epoch(epoch, first_batch);  // the copier is idle: the loader is this thread's alone
+    lock.lock();
+    copy_epoch_ = epoch;
+  }
+  copying_ = true;
+  // Batches copied but not taken (an abandoned epoch's): their slots are fenced on their copies already, and
+  // their device memory goes back to the caching allocator in copy-stream order, so dropping them is safe.
+  copied_.erase(std::remove_if(copied_.begin(), copied_.end(), [&](const Copied& c) { return c.epoch != epoch; }),
+                copied_.end());
+  epoch_ = epoch;
+  epoch_over_ = false;
+  lock.unlock();
+  cv_.notify_all();
+}
+
+int Feeder::batches_copied_locked() const {
+  return static_cast<int>(std::count_if(copied_.begin(), copied_.end(), [](const Copied& c) { return c.batch.has_value(); }));
 }
 
 void Feeder::copier_loop() {
+  const bool carry_on = loader_->options().prefetch_next_epoch;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || (copying_ && static_cast<int>(copied_.size()) < kDeviceAhead); });
+    cv_.wait(lock, [&] { return stop_ || (copying_ && batches_copied_locked() < kDeviceAhead); });
     if (stop_) return;
     busy_ = true;
-    lock.unlock();
     Copied item;
+    item.epoch = copy_epoch_;
+    lock.unlock();
+    bool next_epoch = false;
     try {
       item.batch = transfer(&*copy_stream_);
       if (item.batch) {
         item.ready = events_.get();
         item.ready->record(*copy_stream_);
+      } else if (carry_on) {
+        loader_->start_epoch(item.epoch + 1);  // keeps the next epoch's batches the workers began
+        next_epoch = true;
       }
     } catch (...) {
       item.error = std::current_exception();
     }
     lock.lock();
     busy_ = false;
-    if (!item.batch) copying_ = false;  // the epoch's end, or a failure: wait for the next start_epoch
+    if (next_epoch) {
+      copy_epoch_ = item.epoch + 1;
+    } else if (!item.batch) {
+      copying_ = false;  // the epoch's end, or a failure: wait for the next start_epoch
+    }
     copied_.push_back(std::move(item));
     cv_.notify_all();
   }
@@ -160,14 +182,16 @@ std::optional<DeviceBatch> Feeder::next_copied() {
   double waited_ms = 0;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (copied_.empty() && !copying_) return std::nullopt;  // the epoch was over already
-    if (copied_.empty()) {  // nothing copied yet: the input pipeline is behind
+    const auto ready = [&] { return !copied_.empty() && copied_.front().epoch == epoch_; };
+    if (epoch_over_ || (!ready() && !(copying_ && copy_epoch_ == epoch_))) return std::nullopt;  // no epoch on
+    if (!ready()) {  // nothing copied yet: the input pipeline is behind
       const auto t0 = std::chrono::steady_clock::now();
-      cv_.wait(lock, [&] { return !copied_.empty(); });
+      cv_.wait(lock, ready);
       waited_ms = ms_since(t0);
     }
     item = std::move(copied_.front());
     copied_.pop_front();
+    if (!item.batch) epoch_over_ = true;
   }
   cv_.notify_all();  // room for the copier to issue one more
   if (item.error) std::rethrow_exception(item.error);

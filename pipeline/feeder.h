@@ -35,6 +35,9 @@ struct FeederOptions {
 // dual_stream on CUDA: a copier thread of the Feeder's own takes each batch from the loader as soon as it is
 // decoded and issues its copy (and, for uint8, its normalisation) on a copy stream, up to kDeviceAhead batches
 // ahead; next() on the training thread only takes a ready batch and makes the compute stream wait for it.
+// At an epoch's end the copier carries on into the next epoch's first batches (as the loader's workers do,
+// LoaderOptions::prefetch_next_epoch): with the GPU decoder, a batch's decode is the copier's work, and an epoch
+// that began with nothing copied made the GPU wait for a whole decode at every epoch boundary.
 // Issuing a copy costs 45-55 us of driver and allocator calls on an idle host and 3-4x that next to busy
 // decode workers (docs/results/h200.md): work kept off the thread that launches the GPU's kernels.
 class Feeder : public BatchSource {
@@ -61,6 +64,7 @@ class Feeder : public BatchSource {
 
  private:
   struct Copied {  // one item of the copier's queue; no batch and no error: the epoch is over
+    int64_t epoch = 0;
     std::optional<DeviceBatch> batch;
     std::shared_ptr<gpu::Event> ready;  // on the copy stream, after the copy and normalisation
     std::exception_ptr error;
@@ -70,7 +74,8 @@ class Feeder : public BatchSource {
   std::optional<DeviceBatch> transfer(const c10::Stream* stream);  // loader.next() + copy (+ normalise)
   at::Tensor to_model_layout(at::Tensor images) const;
   void copier_loop();
-  void stop_copier_epoch();  // the copier idle and its queue empty
+  void start_copier_epoch(int64_t epoch, int64_t first_batch);
+  int batches_copied_locked() const;  // in the queue, end-of-epoch markers not counted
   std::optional<DeviceBatch> next_copied();  // timing.loader_ms: time blocked because nothing was copied yet
 
   PipelineOptions options_;
@@ -89,8 +94,11 @@ class Feeder : public BatchSource {
   std::mutex mutex_;  // guards the fields below
   std::condition_variable cv_;
   std::deque<Copied> copied_;
-  bool copying_ = false;  // an epoch is being copied
-  bool busy_ = false;     // the copier is inside transfer()
+  int64_t epoch_ = -1;        // the epoch next() hands out
+  bool epoch_over_ = false;   // next() has returned its end
+  int64_t copy_epoch_ = -1;   // the epoch the copier is in (epoch_, or epoch_ + 1 once it carried on)
+  bool copying_ = false;      // the copier has batches left to copy
+  bool busy_ = false;         // the copier is inside transfer() (or starting the next epoch)
   bool stop_ = false;
 };
 

@@ -86,7 +86,9 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
       const gpu::JpegDecodeStats s = decoder.stats();
       EXPECT_EQ(s.cpu_fallback, 0);
       EXPECT_GT(s.hybrid, 0);  // the progressive files
-      if (s.hardware_backend) EXPECT_GT(s.hardware, 0);
+      if (s.hardware_backend) {
+        EXPECT_GT(s.hardware, 0);
+      }
       EXPECT_GT(s.peak_buffer_bytes, 0);
       EXPECT_LE(s.peak_buffer_bytes, (8 << 20) + 1600 * 1200 * 3 + 256 * n);  // the budget, or one image over it
     }

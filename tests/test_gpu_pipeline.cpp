@@ -202,6 +202,42 @@ TEST(GpuPipeline, HoldBackKeepsTheHostAtMostMaxAheadSteps) {
   EXPECT_LT(t.gpu_idle, 0.05) << "holding back two steps must not starve the GPU";
 }
 
+// The copier carries on into the next epoch at an epoch's end; every way of starting an epoch afterwards (the
+// next one, after a pause that lets the copier run ahead; the same one again; one mid-way, as resume does; one
+// abandoned part-way) must still hand out exactly the pageable path's batches.
+TEST(GpuPipeline, DualStreamCarriesOnIntoTheNextEpochAndStillDeliversEachEpochsBatches) {
+  SKIP_WITHOUT_CUDA();
+  const std::string root = test::make_dataset("gpu_carry_on", 2, 12, 1, 32);
+  auto ds = dataset(root, TransferDtype::kUint8);
+  const auto lo = loader(4, 3, 11);
+  const auto fo = on_cuda();
+  Feeder base(ds, lo, mode("pageable", TransferDtype::kUint8), fo);
+  Feeder f(ds, lo, mode("dual_stream", TransferDtype::kUint8), fo);
+  struct Start {
+    int64_t epoch, first_batch, take;  // take: batches to read (-1: to the end)
+    bool pause;                        // give the copier time to run into this epoch first
+  };
+  const std::vector<Start> starts = {{0, 0, -1, false}, {1, 0, -1, true}, {2, 0, -1, false}, {2, 0, 2, false},
+                                     {2, 3, -1, true},  {3, 0, -1, true}, {4, 0, 1, true},   {5, 0, -1, false}};
+  for (const Start& s : starts) {
+    base.start_epoch(s.epoch, s.first_batch);
+    if (s.pause) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    f.start_epoch(s.epoch, s.first_batch);
+    for (int64_t i = 0; s.take < 0 || i < s.take; ++i) {
+      auto want = base.next();
+      auto got = f.next();
+      ASSERT_EQ(want.has_value(), got.has_value()) << "epoch " << s.epoch << " batch " << i;
+      if (!want) break;
+      EXPECT_EQ(got->index, want->index);
+      EXPECT_TRUE(at::equal(got->images.cpu(), want->images.cpu())) << "epoch " << s.epoch << " batch " << i;
+      EXPECT_TRUE(at::equal(got->labels.cpu(), want->labels.cpu())) << "epoch " << s.epoch << " batch " << i;
+    }
+    if (s.take < 0) {
+      EXPECT_FALSE(f.next()) << "past epoch " << s.epoch << "'s end";
+    }
+  }
+}
+
 TEST(GpuPipeline, DualStreamCopierSurvivesAbandonedEpochsAndPassesOnWorkerErrors) {
   SKIP_WITHOUT_CUDA();
   const std::string root = test::make_dataset("gpu_copier", 2, 12, 1, 32);
