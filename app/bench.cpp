@@ -36,7 +36,7 @@ namespace {
 enum class RowKind {
   kFeeder,       // a transfer-mode preset: the training pipeline
   kGpuResident,  // one batch, already on the device: the compute ceiling
-  kLoaderOnly,   // the CPU pipeline, no model: the feed ceiling
+  kLoaderOnly,   // the input pipeline, no model: the feed ceiling (with the GPU decoder: the Feeder decoding)
 };
 
 struct Row {
@@ -57,7 +57,11 @@ std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
     row.name = name;
     row.kind = name == kGpuResidentRow ? RowKind::kGpuResident : name == kLoaderOnlyRow ? RowKind::kLoaderOnly
                                                                                        : RowKind::kFeeder;
-    const pipeline::ModePreset* preset = pipeline::find_preset(row.kind == RowKind::kFeeder ? name : "pageable");
+    // The framing rows in mode pageable, except the feed ceiling of the GPU decoder: dual_stream's copier decoding
+    // every batch on its copy stream, nothing stepping on them.
+    const bool gpu_feed = row.kind == RowKind::kLoaderOnly && plan.transform.gpu_decode;
+    const pipeline::ModePreset* preset =
+        pipeline::find_preset(row.kind == RowKind::kFeeder ? name : gpu_feed ? "dual_stream" : "pageable");
     if (!preset) {
       throw ConfigError("--modes: unknown mode '" + name + "' (" + pipeline::preset_names() + " | " +
                         kGpuResidentRow + " | " + kLoaderOnlyRow + ")");
@@ -101,7 +105,8 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   const double lr = row.plan.schedule.lr;
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
-  if (row.kind == RowKind::kLoaderOnly) {
+  const bool gpu_feed = row.kind == RowKind::kLoaderOnly && row.plan.transform.gpu_decode;
+  if (row.kind == RowKind::kLoaderOnly && !gpu_feed) {
     LoaderOnly source(sets.train, row.plan.train_loader);
     pipeline::StepMeter wall_clock(std::nullopt);
     return sample_of(run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
@@ -116,14 +121,15 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
     feeder.start_epoch(1);  // abandons what is in flight before the feeder goes
     return sample_of(run_steps(resident, meter, loop, train_step).timing, kGpuResidentRow);
   }
-  const StepLoopResult r = run_steps(feeder, meter, loop, train_step);
+  const auto no_step = [](const pipeline::DeviceBatch&, int64_t) {};
+  const StepLoopResult r = gpu_feed ? run_steps(feeder, meter, loop, no_step) : run_steps(feeder, meter, loop, train_step);
   feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
   if (const auto d = feeder.decode_stats()) {
     log::info("  nvJPEG: " + std::to_string(d->hardware) + " images on the hardware engines, " + std::to_string(d->hybrid) +
               " hybrid, " + std::to_string(d->cpu_fallback) + " refused and decoded on the CPU; decode buffer peak " +
               fixed(d->peak_buffer_bytes / 1048576.0, 1) + " MB");
   }
-  return sample_of(r.timing, feeder.mode());
+  return sample_of(r.timing, gpu_feed ? kLoaderOnlyRow : feeder.mode());
 }
 
 // Several ranks run the same row at once (the gradient all-reduce in every step); rank 0 collects their rates.
