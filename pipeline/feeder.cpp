@@ -117,21 +117,23 @@ void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
 
 void Feeder::start_copier_epoch(int64_t epoch, int64_t first_batch) {
   std::unique_lock<std::mutex> lock(mutex_);
-  // The copier already in this epoch from its start (it carried on past the current one's end): keep what it
-  // copied, without waiting for the batch it may be copying now. Else stop it and start over.
-  if (!(first_batch == 0 && epoch == epoch_ + 1 && copy_epoch_ == epoch && copying_)) {
+  // Batches copied but not taken are dropped: their slots are fenced on their copies already, and their device
+  // memory goes back to the caching allocator in copy-stream order, so that is safe.
+  if (first_batch == 0 && epoch == epoch_ + 1 && copy_epoch_ == epoch && copying_) {
+    // The copier carried on into this epoch past the current one's end: keep what it copied of this epoch,
+    // without waiting for the batch it may be copying now.
+    copied_.erase(std::remove_if(copied_.begin(), copied_.end(), [&](const Copied& c) { return c.epoch != epoch; }),
+                  copied_.end());
+  } else {
     copying_ = false;
-    cv_.wait(lock, [&] { return !busy_; });  // a transfer in progress lands in the queue, dropped below
+    cv_.wait(lock, [&] { return !busy_; });  // a transfer in progress lands in the queue, dropped next
+    copied_.clear();
     lock.unlock();
     loader_->start_epoch(epoch, first_batch);  // the copier is idle: the loader is this thread's alone
     lock.lock();
     copy_epoch_ = epoch;
+    copying_ = true;
   }
-  copying_ = true;
-  // Batches copied but not taken (an abandoned epoch's): their slots are fenced on their copies already, and
-  // their device memory goes back to the caching allocator in copy-stream order, so dropping them is safe.
-  copied_.erase(std::remove_if(copied_.begin(), copied_.end(), [&](const Copied& c) { return c.epoch != epoch; }),
-                copied_.end());
   epoch_ = epoch;
   epoch_over_ = false;
   lock.unlock();

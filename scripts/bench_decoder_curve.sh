@@ -41,7 +41,8 @@ if [ "${DALI:-1}" = 1 ]; then
   for o in "$@"; do case $o in data.image_size=*) size=${o#data.image_size=};; esac; done
   log "DALI sweep over ${threads[*]} threads (root $root, ${size:-224} px)"
   "$python" "$repo/scripts/reference_dali.py" --root "$root" --image-size "${size:-224}" --sweep \
-    --sweep-threads "$(IFS=,; echo "${threads[*]}")" --repeats "${REPEATS:-2}" --out "$out/dali.json" \
+    --sweep-threads "$(IFS=,; echo "${threads[*]}")" --repeats "${REPEATS:-2}" --warmup "${WARMUP:-10}" \
+    --steps "${STEPS:-40}" --out "$out/dali.json" \
     --plot "$out/curve.png" --pinfeed-bench "${benches[@]}"
 else
   log "DALI skipped (DALI=0); pinfeed's curves are in $out/pinfeed-*/bench.json"
