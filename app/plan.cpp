@@ -174,8 +174,8 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
 
   // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
   // cross as uint8 whatever pipeline.transfer_dtype says.
-  // auto: nvjpeg where it can run (CUDA, built in, no CUDA graph: see below), else the CPU.
-  const bool ask_gpu = c.data.decoder == "nvjpeg" || (c.data.decoder == "auto" && p.device.is_cuda() && !p.cuda_graph);
+  // auto: nvjpeg where it can run (CUDA, built in), else the CPU.
+  const bool ask_gpu = c.data.decoder == "nvjpeg" || (c.data.decoder == "auto" && p.device.is_cuda());
   const std::string nvjpeg_problem = ask_gpu && p.device.is_cuda() ? gpu::JpegDecoder::unavailable_reason() : "";
   p.transform.gpu_decode = c.data.decoder == "nvjpeg" || (ask_gpu && nvjpeg_problem.empty());
   if (p.transform.gpu_decode) {
@@ -189,12 +189,6 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
                 "\" does not apply with data.decoder = \"nvjpeg\": the GPU decodes to uint8 and normalises there");
     }
     p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
-    if (p.cuda_graph) {
-      // Capture is process-wide (cudaStreamCaptureModeGlobal): the decoder's synchronisations and nvJPEG's own
-      // allocations on the copier thread during the capture would invalidate it. Refused rather than racy.
-      throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +
-                        "data.decoder = \"nvjpeg\" yet; use one or the other");
-    }
   }
 
   p.data_root = expand_user(c.data.root);

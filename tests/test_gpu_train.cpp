@@ -10,9 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "app/datasets.h"
 #include "app/resume.h"
 #include "app/step_runner.h"
+#include "pipeline/feeder.h"
 #include "pipeline/gpu.h"
+#include "pipeline/jpeg_decoder.h"
+#include "test_util.h"
 
 namespace pinfeed::app {
 namespace {
@@ -47,6 +51,42 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
     }
     EXPECT_TRUE(graphed.graphed());
   }
+}
+
+// With data.decoder = "nvjpeg" the Feeder's copier keeps decoding (waiting on events, allocating, uploading
+// files) while the training thread captures its step: the capture must survive that, and the graphed steps on
+// the decoded batches must match the eager ones.
+TEST(GpuTrain, CudaGraphIsCapturedWhileTheCopierDecodesWithNvjpeg) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  if (const std::string why = gpu::JpegDecoder::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string root = test::make_dataset("gpu_graph_nvjpeg", 4, 40, 1, 96);
+  auto make_config = [&](bool graph) {
+    return parse_config_string("[data]\nroot = \"" + root + "\"\nimage_size = 64\nworkers = 2\ndecoder = \"nvjpeg\"\n" +
+                                   "[train]\nbatch_size = 8\nlr = 0.05\nprecision = \"bf16\"\nchannels_last = true\n" +
+                                   "cuda_graph = " + (graph ? "true" : "false") + "\n[pipeline]\nmode = \"dual_stream\"\n",
+                               "gpu_graph_nvjpeg.toml");
+  };
+  const Plan graph_plan = resolve_plan(make_config(true));
+  ASSERT_TRUE(graph_plan.transform.gpu_decode && graph_plan.cuda_graph);
+  const Datasets sets = open_datasets(graph_plan, false);
+  StepRunner eager(resolve_plan(make_config(false)), sets.num_classes);
+  StepRunner graphed(graph_plan, sets.num_classes);
+  pipeline::Feeder feeder(sets.train, graph_plan.train_loader, graph_plan.pipeline, graph_plan.feeder);
+  int steps = 0;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {  // the second epoch's first batches decoded during the first's
+    feeder.start_epoch(epoch);
+    // Each next() frees a place in the copier's queue, so it is decoding the batch after this one while the
+    // step (the first graphed one: 3 warm-up runs and the capture) runs.
+    while (auto b = feeder.next()) {
+      const double want = eager.train_step(b->images, b->labels, 0.05).item<double>();
+      const double got = graphed.train_step(b->images, b->labels, 0.05).item<double>();
+      EXPECT_NEAR(got, want, 3e-2 * std::abs(want)) << "step " << steps;  // bf16, drifting apart slowly
+      ++steps;
+    }
+  }
+  EXPECT_EQ(steps, 2 * 160 / 8);
+  EXPECT_TRUE(graphed.graphed());
+  EXPECT_GT(feeder.decode_stats()->hardware + feeder.decode_stats()->hybrid, 0);
 }
 
 // cuDNN and cuBLAS restricted to deterministic kernels for one test, and put back after it.

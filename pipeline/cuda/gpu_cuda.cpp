@@ -46,7 +46,10 @@ void Graph::capture(const c10::Stream& stream, int warmup, const std::function<v
     c10::cuda::CUDAStreamGuard guard(side);
     for (int i = 0; i < warmup; ++i) body();  // lazy initialisation, cuDNN autotuning, allocator warm-up
     side.synchronize();
-    impl_->graph.capture_begin();
+    // Thread-local capture: only this thread's unsafe calls (a synchronisation, cudaMalloc) would break it. In
+    // the global mode any thread's would, and the Feeder's copier keeps working through the capture: with
+    // data.decoder = "nvjpeg" it waits on events, allocates and uploads files while the step is captured.
+    impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     body();
     impl_->graph.capture_end();
   }
