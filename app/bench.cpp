@@ -127,8 +127,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   if (const auto d = feeder.decode_stats()) {
     log::info("  nvJPEG: " + std::to_string(d->hardware) + " images on the hardware engines, " + std::to_string(d->hybrid) +
               " hybrid, " + std::to_string(d->cpu_fallback) + " refused and decoded on the CPU; decode buffer peak " +
-              fixed(d->peak_buffer_bytes / 1048576.0, 1) + " MB, pinned file staging " +
-              fixed(d->staging_bytes / 1048576.0, 1) + " MB");
+              fixed(d->peak_buffer_bytes / 1048576.0, 1) + " MB");
   }
   return sample_of(r.timing, gpu_feed ? kLoaderOnlyRow : feeder.mode());
 }

@@ -22,7 +22,6 @@ struct JpegDecodeStats {  // since construction
   int64_t hybrid = 0;        // by nvJPEG's hybrid decoder, one at a time
   int64_t cpu_fallback = 0;  // meant for the GPU but refused by nvJPEG: decoded on the CPU (decode_box_into)
   int64_t peak_buffer_bytes = 0;  // largest decode buffer (full-size RGB of a chunk of images)
-  int64_t staging_bytes = 0;      // page-locked host copies of the files for the hardware engines
   bool hardware_backend = false;  // the hardware engines exist on this GPU
 };
 

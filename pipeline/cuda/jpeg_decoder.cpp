@@ -14,7 +14,6 @@
 #include <nvjpeg.h>
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -62,12 +61,6 @@ struct JpegDecoder::Impl {
   nvjpegJpegState_t hardware_states[kStates] = {};
   cudaEvent_t state_done[kStates] = {};
   bool state_used[kStates] = {};
-  // Each state's page-locked copy of its chunk's files. nvJPEG uploads every file with its own cudaMemcpyAsync;
-  // from pageable memory each of those is a staged, blocking driver call (~30 us on the H200 machine, one per
-  // image, on the copier thread) that held up the training thread's kernel launches: the trace of a 160 px run
-  // showed its launches taking 3x as long and the compute stream 26% idle inside steps.
-  uint8_t* staging[kStates] = {};
-  size_t staging_capacity[kStates] = {};
   int next_state = 0;
   static constexpr int kLoggedFailures = 5;
   int64_t failed_batches = 0;  // hardware batches nvJPEG refused (their images went one at a time)
@@ -108,31 +101,12 @@ struct JpegDecoder::Impl {
         cudaEventDestroy(state_done[i]);
       }
       if (hardware_states[i]) nvjpegJpegStateDestroy(hardware_states[i]);
-      if (staging[i]) cudaFreeHost(staging[i]);
-      staging[i] = nullptr;
-      staging_capacity[i] = 0;
     }
     if (hardware) nvjpegDestroy(hardware);
     single_state = nullptr;
     single = nullptr;
     hardware = nullptr;
     for (int i = 0; i < kStates; ++i) state_done[i] = nullptr, hardware_states[i] = nullptr;
-  }
-
-  // State k's staging buffer, at least `bytes` long; the state's last work is done (its event waited for).
-  uint8_t* stage_files(int k, size_t bytes) {
-    if (bytes > staging_capacity[k]) {
-      if (staging[k]) C10_CUDA_CHECK(cudaFreeHost(staging[k]));
-      staging[k] = nullptr;
-      staging_capacity[k] = 0;
-      const size_t capacity = bytes + bytes / 4;  // room for the next chunks' files to be a little larger
-      C10_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging[k]), capacity, cudaHostAllocDefault));
-      staging_capacity[k] = capacity;
-      std::lock_guard<std::mutex> lock(stats_mutex);
-      stats.staging_bytes = 0;
-      for (size_t c : staging_capacity) stats.staging_bytes += static_cast<int64_t>(c);
-    }
-    return staging[k];
   }
 
   // The CPU path's pixels for a file nvJPEG refused, copied into its sample of `out` (a blocking copy from
@@ -172,24 +146,18 @@ struct JpegDecoder::Impl {
       }
     }
     if (!batch.empty()) {
-      const int n = static_cast<int>(batch.size());
-      const int k_state = next_state;
-      next_state = (next_state + 1) % kStates;
-      if (state_used[k_state]) C10_CUDA_CHECK(cudaEventSynchronize(state_done[k_state]));
-      size_t file_bytes = 0;
-      for (size_t k : batch) file_bytes += images[chunk[k]].bytes.size();
-      uint8_t* staged = stage_files(k_state, file_bytes);
       std::vector<const unsigned char*> data;
       std::vector<size_t> lengths;
       std::vector<nvjpegImage_t> destinations;
       for (size_t k : batch) {
-        const std::vector<uint8_t>& bytes = images[chunk[k]].bytes;
-        std::memcpy(staged, bytes.data(), bytes.size());
-        data.push_back(staged);
-        lengths.push_back(bytes.size());
+        data.push_back(images[chunk[k]].bytes.data());
+        lengths.push_back(images[chunk[k]].bytes.size());
         destinations.push_back(destination(k));
-        staged += bytes.size();
       }
+      const int n = static_cast<int>(batch.size());
+      const int k_state = next_state;
+      next_state = (next_state + 1) % kStates;
+      if (state_used[k_state]) C10_CUDA_CHECK(cudaEventSynchronize(state_done[k_state]));
       nvjpegJpegState_t state = hardware_states[k_state];
       nvjpegStatus_t s = nvjpegDecodeBatchedInitialize(hardware, state, n, 1, NVJPEG_OUTPUT_RGBI);
       if (s == NVJPEG_STATUS_SUCCESS) {
