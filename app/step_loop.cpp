@@ -66,7 +66,7 @@ StepLoopResult run_steps(pipeline::BatchSource& source, pipeline::StepMeter& met
   r.epoch = o.epoch;
   r.next_step = o.first_step;
   StopVote vote(o.dist, o.device, o.stream);
-  meter.start_epoch(o.warmup_steps);
+  meter.start_epoch(o.warmup_steps, o.first_step);
   source.start_epoch(o.epoch, o.first_step);
   while (r.next_step < o.end_step) {
     if (vote.stop(r.next_step - o.first_step)) {

@@ -63,8 +63,9 @@ EpochTiming timing_of(const std::vector<StepRecord>& records, const std::vector<
 
 StepMeter::StepMeter(std::optional<c10::Stream> compute) : compute_(compute) {}
 
-void StepMeter::start_epoch(int64_t warmup_steps) {
+void StepMeter::start_epoch(int64_t warmup_steps, int64_t first_step) {
   warmup_steps_ = warmup_steps;
+  first_step_ = first_step;
   step_ = 0;
   measuring_ = warmup_steps == 0;
   measure_t0_ = std::chrono::steady_clock::now();
@@ -99,7 +100,7 @@ void StepMeter::begin_step() {
 
 void StepMeter::end_step(int64_t samples, const FeedTiming& feed) {
   Pending p;
-  p.record.step = step_;
+  p.record.step = first_step_ + step_;
   p.record.samples = samples;
   p.record.warmup = !measuring_;
   p.record.wait_ms = feed.wait_ms;
@@ -176,7 +177,7 @@ EpochTiming StepMeter::finish_epoch() {
 }
 
 void StepMeter::open_window() {
-  window_from_ = step_;
+  window_from_ = first_step_ + step_;
   window_reference_.reset();
   window_records_.clear();
   window_spans_.clear();

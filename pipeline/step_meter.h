@@ -62,7 +62,8 @@ class StepMeter {
   // compute: the stream the step runs on (CUDA), or nullopt on the CPU (wall-clock timing).
   explicit StepMeter(std::optional<c10::Stream> compute);
 
-  void start_epoch(int64_t warmup_steps);
+  // first_step: the number of the epoch's first step (a resumed epoch's is not 0): records are numbered on from it.
+  void start_epoch(int64_t warmup_steps, int64_t first_step = 0);
   // Call before fetching a step's batch. Blocks until the GPU has finished the step max_ahead steps back, so
   // that the host stays at most max_ahead steps ahead (0: no limit). Unbounded (a CUDA-graph step is one
   // launch), the host runs far ahead, device memory holds a batch per queued step, and GPU back-pressure
@@ -90,7 +91,8 @@ class StepMeter {
 
   std::optional<c10::Stream> compute_;
   int64_t warmup_steps_ = 0;
-  int64_t step_ = 0;
+  int64_t step_ = 0;        // steps since start_epoch
+  int64_t first_step_ = 0;  // the number of the first of them
   std::chrono::steady_clock::time_point host_begin_, measure_t0_;
   bool measuring_ = false;
   std::shared_ptr<gpu::Event> reference_;  // begin of the first measured step

@@ -165,7 +165,9 @@ void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, co
   const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
   std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not an image";
   const std::string runs = test::fresh_dir(name + "_runs");
-  Config whole = tiny_config(root, runs, 2), split = whole;
+  Config whole = tiny_config(root, runs, 2);
+  apply_override(whole, "run.log_steps=true");
+  Config split = whole;
   apply_override(whole, "run.name=\"whole\"");
   apply_override(split, "run.name=\"split\"");
   const TrainResult a = train(resolve_plan(whole), {});
@@ -190,6 +192,19 @@ void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, co
   EXPECT_EQ(ca.global_step, cb.global_step);
   EXPECT_EQ(test::learning_rows(fs::path(b.run_dir) / "metrics.jsonl"),
             test::learning_rows(fs::path(a.run_dir) / "metrics.jsonl"));
+  // steps.jsonl: every step once, numbered as in the uninterrupted run (a resumed epoch goes on from its step).
+  auto step_numbers = [](const fs::path& file) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+      const auto row = nlohmann::json::parse(line);
+      out.emplace_back(row.at("epoch").get<int64_t>(), row.at("step").get<int64_t>());
+    }
+    return out;
+  };
+  const auto want = step_numbers(fs::path(a.run_dir) / "steps.jsonl");
+  EXPECT_EQ(want.size(), 10u);
+  EXPECT_EQ(step_numbers(fs::path(b.run_dir) / "steps.jsonl"), want);
 }
 
 TEST(Train, ResumeMidEpochEqualsTheUninterruptedRunBitForBit) {
