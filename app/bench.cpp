@@ -124,11 +124,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   const auto no_step = [](const pipeline::DeviceBatch&, int64_t) {};
   const StepLoopResult r = gpu_feed ? run_steps(feeder, meter, loop, no_step) : run_steps(feeder, meter, loop, train_step);
   feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
-  if (const auto d = feeder.decode_stats()) {
-    log::info("  nvJPEG: " + std::to_string(d->hardware) + " images on the hardware engines, " + std::to_string(d->hybrid) +
-              " hybrid, " + std::to_string(d->cpu_fallback) + " refused and decoded on the CPU; decode buffer peak " +
-              fixed(d->peak_buffer_bytes / 1048576.0, 1) + " MB");
-  }
+  if (const auto d = feeder.decode_stats()) log::info("  nvJPEG: " + gpu::describe(*d));
   return sample_of(r.timing, gpu_feed ? kLoaderOnlyRow : feeder.mode());
 }
 

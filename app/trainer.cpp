@@ -388,6 +388,7 @@ class Training {
          << " | mode " << train_feed_.mode() << ", pinned " << train_feed_.pinned_bytes() / (1 << 20) << " MB, RSS "
          << static_cast<int64_t>(host_rss_mb()) << " MB"
          << (p.bad_images ? ", bad image files " + std::to_string(p.bad_images) + " (bad_images.tsv)" : "");
+    if (const auto d = train_feed_.decode_stats()) line << " | nvJPEG since the start: " << gpu::describe(*d);
     if (ranks.world > 1) {
       line << " | " << ranks.world << " ranks: " << static_cast<int64_t>(ranks.global_samples_per_s)
            << " samples/s in all, per rank " << static_cast<int64_t>(ranks.samples_per_s_min) << "-"

@@ -25,6 +25,14 @@ struct JpegDecodeStats {  // since construction
   bool hardware_backend = false;  // the hardware engines exist on this GPU
 };
 
+// "N images on the hardware engines, N hybrid, N refused and decoded on the CPU; decode buffer peak X MB"
+inline std::string describe(const JpegDecodeStats& s) {
+  const int64_t tenths_mb = (s.peak_buffer_bytes * 10 + (1 << 19)) >> 20;
+  return std::to_string(s.hardware) + " images on the hardware engines, " + std::to_string(s.hybrid) + " hybrid, " +
+         std::to_string(s.cpu_fallback) + " refused and decoded on the CPU; decode buffer peak " +
+         std::to_string(tenths_mb / 10) + "." + std::to_string(tenths_mb % 10) + " MB";
+}
+
 class JpegDecoder {
  public:
   // Empty when nvJPEG can decode on this machine; else why not (built without it, no CUDA device).
