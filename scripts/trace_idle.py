@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU idle of the traced steps, computed from a pinfeed trace's kernels, beside the StepMeter's own figure.
 
-Usage: scripts/trace_idle.py TRACE.json [--max-diff POINTS]
+Usage: scripts/trace_idle.py TRACE.json[.gz] [--max-diff POINTS] [--api]
 
 TRACE.json is what `pinfeed train` (run.trace_steps) or `pinfeed bench --trace-steps` writes: Kineto's Chrome
 trace, where CUPTI timed every kernel, copy and memset of the GPU (pid: device, tid: stream), the training thread
@@ -22,12 +22,18 @@ the first step's span start to the last one's end. Then:
   kernel_busy_in_steps mean over steps of (its kernels' union / its span): the launch-bound figure, 1 when the
                        kernels run back to back, lower when the GPU waits for launches inside the step
 
+With --api, also the host's CUDA runtime and driver calls per thread ("api_calls"): count, total ms and mean us
+of each call, the thread that holds the pinfeed::step ranges named "training". Slow launches on the training
+thread next to another thread's calls (the copier's, for nvJPEG) are contention for the driver, which the
+GPU-side figures above only show as launch gaps.
+
 Prints one JSON object. With --max-diff, exits 1 when the StepMeter's gpu_idle and idle_between_steps differ by
 more than POINTS percentage points (or either is missing). Python standard library only.
 """
 import argparse
 import bisect
 import collections
+import gzip
 import json
 import sys
 
@@ -193,15 +199,39 @@ def analyse(trace):
     return out
 
 
+def api_calls(trace, top=12):
+    """The CUDA runtime / driver calls per host thread, the costliest `top` per thread first."""
+    events = trace.get("traceEvents", [])
+    training = {e.get("tid") for e in events if e.get("cat") == "user_annotation" and e.get("name") == "pinfeed::step"}
+    calls = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0.0]))
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in LAUNCH_CATS:
+            c = calls[e.get("tid")][e.get("name", "")]
+            c[0] += 1
+            c[1] += e.get("dur", 0)
+    out = []
+    for tid, by_name in sorted(calls.items(), key=lambda kv: -sum(c[1] for c in kv[1].values())):
+        rows = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]
+        out.append({"thread": "training" if tid in training else str(tid),
+                    "calls": sum(c[0] for c in by_name.values()),
+                    "ms": round(sum(c[1] for c in by_name.values()) / 1e3, 3),
+                    "top": [{"name": n, "count": c[0], "ms": round(c[1] / 1e3, 3), "mean_us": round(c[1] / c[0], 2)}
+                            for n, c in rows]})
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("trace", help="trace JSON written by pinfeed (run.trace_steps or bench --trace-steps)")
     p.add_argument("--max-diff", type=float, default=None, metavar="POINTS",
                    help="exit 1 when StepMeter gpu_idle and idle_between_steps differ by more (percentage points)")
+    p.add_argument("--api", action="store_true", help="add the CUDA API calls per host thread (api_calls)")
     a = p.parse_args(argv)
-    with open(a.trace) as f:
-        result = analyse(json.load(f))
-    result = {"trace": a.trace, **result}
+    with (gzip.open(a.trace, "rt") if a.trace.endswith(".gz") else open(a.trace)) as f:
+        trace = json.load(f)
+    result = {"trace": a.trace, **analyse(trace)}
+    if a.api:
+        result["api_calls"] = api_calls(trace)
     print(json.dumps(result, indent=2))
     if a.max_diff is not None:
         diff = result.get("stepmeter_minus_trace_points")

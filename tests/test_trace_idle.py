@@ -2,6 +2,7 @@
 
 Usage: python3 tests/test_trace_idle.py [path/to/trace_idle.py]
 """
+import gzip
 import importlib.util
 import io
 import json
@@ -135,6 +136,25 @@ class TraceIdle(unittest.TestCase):
         self.assertIsNone(r["idle_between_steps"])
         self.assertAlmostEqual(r["host"]["wait_ms_mean"], 2.0)
         self.assertAlmostEqual(r["host"]["step_ms_mean"], 8.0)
+
+    def test_api_calls_per_thread_name_the_training_thread_and_read_gzip(self):
+        def call(name, tid, dur):
+            return {"ph": "X", "cat": "cuda_runtime", "name": name, "ts": 0, "dur": dur, "pid": 1, "tid": tid}
+        events = [annotation("pinfeed::step", 0, 100, tid=11), call("cudaLaunchKernel", 11, 20), call("cudaLaunchKernel", 11, 10),
+                  call("cudaMemcpyAsync", 30, 25), call("cudaMemcpyAsync", 30, 35), call("cudaEventRecord", 30, 5)]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.json.gz")
+            with gzip.open(path, "wt") as f:
+                json.dump({"traceEvents": events}, f)
+            out = io.StringIO()
+            with redirect_stdout(out):
+                self.assertEqual(trace_idle.main([path, "--api"]), 0)
+        api = json.loads(out.getvalue())["api_calls"]
+        self.assertEqual([t["thread"] for t in api], ["30", "training"])  # the costliest thread first
+        self.assertEqual(api[0]["calls"], 3)
+        self.assertAlmostEqual(api[0]["ms"], 0.065)
+        self.assertEqual(api[0]["top"][0], {"name": "cudaMemcpyAsync", "count": 2, "ms": 0.06, "mean_us": 30.0})
+        self.assertEqual(api[1]["top"], [{"name": "cudaLaunchKernel", "count": 2, "ms": 0.03, "mean_us": 15.0}])
 
     def test_union_counts_overlapping_time_once(self):
         self.assertEqual(trace_idle.union_length([(0, 10), (5, 15), (20, 30), (30, 31)]), 26)
