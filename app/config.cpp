@@ -193,6 +193,7 @@ const std::vector<Key>& keys() {
       key("data.on_bad_image", &C::data, &DataConfig::on_bad_image, "a corrupt image is replaced and counted (skip) or stops the run (fail)", one_of({"skip", "fail"})),
       key("data.max_image_pixels", &C::data, &DataConfig::max_image_pixels, "an image whose header declares more pixels is a bad image (on_bad_image applies), refused before decoding; 0 = no limit", at_least<int64_t>(0)),
       key("data.decoder", &C::data, &DataConfig::decoder, "cpu (libjpeg-turbo in the workers) | nvjpeg (the GPU decodes JPEGs, workers only read files; CUDA only) | auto (nvjpeg on CUDA when built in)", one_of(kDecoders)),
+      key("data.gpu_decode_share", &C::data, &DataConfig::gpu_decode_share, "with the GPU decoder: the fraction of samples (fixed by index) whose JPEGs it takes; the workers decode the rest", in_range(0.0, 1.0, false)),
       key("model.arch", &C::model, &ModelConfig::arch, "network", one_of({"resnet50"})),
       key("model.num_classes", &C::model, &ModelConfig::num_classes, "classifier outputs; 0 = number of class folders", between(0, kMaxClasses)),
       key("model.zero_init_residual", &C::model, &ModelConfig::zero_init_residual, "zero-init each block's last BN (Goyal et al. 2017)"),

@@ -34,6 +34,7 @@ struct DataConfig {
   std::string on_bad_image = "skip";
   int64_t max_image_pixels = 100'000'000;  // data::TransformOptions::max_image_pixels; 0: no limit
   std::string decoder = "cpu";  // one of kDecoders
+  double gpu_decode_share = 1.0;  // data::TransformOptions::gpu_share
 };
 
 // data.decoder's values (the key, and the --decoder flag of train and bench).

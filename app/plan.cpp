@@ -178,6 +178,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   const bool ask_gpu = c.data.decoder == "nvjpeg" || (c.data.decoder == "auto" && p.device.is_cuda());
   const std::string nvjpeg_problem = ask_gpu && p.device.is_cuda() ? gpu::JpegDecoder::unavailable_reason() : "";
   p.transform.gpu_decode = c.data.decoder == "nvjpeg" || (ask_gpu && nvjpeg_problem.empty());
+  p.transform.gpu_share = c.data.gpu_decode_share;
   if (p.transform.gpu_decode) {
     if (!p.device.is_cuda()) {
       throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" needs a CUDA device (device is " +

@@ -16,6 +16,12 @@ constexpr int64_t kLoggedBadImages = 20;  // distinct files; then only the count
 constexpr int64_t kMaxGpuPixels = int64_t{4096} * 4096;
 }  // namespace
 
+bool gpu_takes(int64_t index, double share) {
+  if (share >= 1) return true;
+  const double u = static_cast<double>(mix64(static_cast<uint64_t>(index) ^ 0x6770755f73686172ULL) >> 11) * 0x1.0p-53;
+  return u < share;
+}
+
 Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, BadImagePolicy on_bad_image)
     : folder_(std::move(folder)), transform_(transform), train_(train), on_bad_image_(on_bad_image) {
   if (transform_.gpu_decode) {
@@ -26,6 +32,7 @@ Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, Bad
 }
 
 bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
+  if (!gpu_takes(index, transform_.gpu_share)) return false;
   const std::vector<uint8_t>& file = encoded->bytes;
   // A file checked before at this size keeps its decoder: no second pass over its entropy data to count scans.
   const int64_t size_tag = (static_cast<int64_t>(file.size()) + 1) << 2;

@@ -23,6 +23,10 @@ struct BadImage {
   std::string reason;  // the reader's or decoder's message, e.g. "libjpeg: Premature end of JPEG file"
 };
 
+// Whether sample `index` is one the GPU may decode when TransformOptions::gpu_share is `share`: a fixed draw
+// per index, true for about that fraction of indices.
+bool gpu_takes(int64_t index, double share);
+
 class Dataset {
  public:
   Dataset(ImageFolder folder, TransformOptions transform, bool train, BadImagePolicy on_bad_image);

@@ -97,6 +97,44 @@ TEST(GpuStaging, EverySampleGetsTheCpuPathsCropAndBadFilesTheCpuPathsReplacement
   }
 }
 
+// data.gpu_decode_share: the samples the GPU does not take are decoded by the worker, pixel for pixel the CPU
+// path's; which ones is fixed by index, the same every epoch.
+TEST(GpuStaging, AShareBelowOneLeavesAFixedPartOfTheSamplesToTheWorkers) {
+  std::vector<test::NamedFile> files;
+  for (int i = 0; i < 64; ++i) files.push_back({"f" + std::to_string(i), test::encode(test::smooth_image(80, 60, i), ".jpg")});
+  const ImageFolder folder = test::write_folder("gpu_staging_share", files);
+  TransformOptions o = uint8_options(32, true);
+  o.gpu_share = 0.5;
+  const Dataset gpu(folder, o, true, BadImagePolicy::kSkip);
+  const Dataset cpu(folder, uint8_options(32, false), true, BadImagePolicy::kSkip);
+  std::vector<uint8_t> cpu_pixels(cpu.image_bytes());
+  DecodeScratch scratch;
+  std::vector<bool> first_epoch;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    int on_gpu = 0;
+    for (int64_t i = 0; i < 64; ++i) {
+      int bad = 0;
+      int64_t label = 0;
+      EncodedImage encoded;
+      const std::vector<uint8_t> pixels = staged_pixels(gpu, i, 3, epoch, &bad, &label, &encoded);
+      const bool taken = encoded.kind != GpuDecode::kNone;
+      EXPECT_EQ(taken, gpu_takes(i, 0.5)) << i;
+      if (epoch == 0) first_epoch.push_back(taken);
+      EXPECT_EQ(taken, first_epoch[i]) << i;
+      cpu.load(i, 3, epoch, cpu_pixels.data(), &label, scratch);
+      EXPECT_EQ(pixels, cpu_pixels) << i;
+      on_gpu += taken;
+    }
+    EXPECT_GT(on_gpu, 16);  // a fixed draw: 64 samples at 0.5 give 32 +- a few
+    EXPECT_LT(on_gpu, 48);
+  }
+  int taken = 0;
+  for (int64_t i = 0; i < 100000; ++i) taken += gpu_takes(i, 0.25);
+  EXPECT_NEAR(taken / 100000.0, 0.25, 0.01);
+  EXPECT_TRUE(gpu_takes(12345, 1.0));
+  EXPECT_FALSE(gpu_takes(12345, 0.0));
+}
+
 TEST(GpuStaging, ABadFileStopsTheRunUnderPolicyFailAsOnTheCpuPath) {
   const std::vector<test::NamedFile> files = {{"good", test::encode(test::smooth_image(80, 60, 2), ".jpg")},
                                               {"bad", test::corrupt_files()[0].bytes, true}};
