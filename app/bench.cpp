@@ -149,7 +149,7 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
             {"channels_last", c.train.channels_last}, {"transfer_dtype", pipeline::to_string(plan.pipeline.transfer_dtype)},
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
-            {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"},
+            {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"}, {"gpu_decode_share", plan.transform.gpu_share},
             {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
             {"repeats", a.repeats}, {"trace_steps", a.trace_steps}};
   if (plan.device.is_cuda()) {

@@ -31,6 +31,8 @@ TEST(Plan, TheGpuDecoderNeedsCudaAndAutoFallsBackToTheCpu) {
   EXPECT_FALSE(automatic.transform.gpu_decode);
   EXPECT_EQ(automatic.transform.format, data::PixelFormat::kFloat32Chw);  // pipeline.transfer_dtype as given
   EXPECT_FALSE(resolve_plan(cpu_config()).transform.gpu_decode);
+  EXPECT_EQ(resolve_plan(cpu_config()).transform.gpu_share, 1.0);
+  EXPECT_EQ(resolve_plan(cpu_config({"data.gpu_decode_share=0.25"})).transform.gpu_share, 0.25);
 }
 
 TEST(Plan, MoreThanFourDecodeThreadsPerCoreAreRefusedNamingTheKey) {
