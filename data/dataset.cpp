@@ -18,6 +18,7 @@ constexpr int64_t kMaxGpuPixels = int64_t{4096} * 4096;
 
 bool gpu_takes(int64_t index, double share) {
   if (share >= 1) return true;
+  // The index hashed with a constant of its own ("gpu_shar"): a uniform draw in [0, 1), independent of the seed.
   const double u = static_cast<double>(mix64(static_cast<uint64_t>(index) ^ 0x6770755f73686172ULL) >> 11) * 0x1.0p-53;
   return u < share;
 }
@@ -78,7 +79,7 @@ void Dataset::check_gpu_files(int threads) const {
     DecodeScratch scratch;
     EncodedImage encoded;
     for (int64_t i = next++; i < size(); i = next++) {
-      if (checked_[i].load(std::memory_order_acquire) != 0) continue;
+      if (checked_[i].load(std::memory_order_acquire) != 0 || !gpu_takes(i, transform_.gpu_share)) continue;
       try {
         read_file(folder_.samples[i].path, encoded.bytes);
         SampleRng rng(0);
