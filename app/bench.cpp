@@ -42,6 +42,7 @@ enum class RowKind {
 struct Row {
   std::string name;
   RowKind kind = RowKind::kFeeder;
+  bool gpu_feed = false;  // kLoaderOnly with the GPU decoder: the Feeder decoding every batch, no model step
   Plan plan;  // the run's plan in this row's mode (pageable for the framing rows), checked for the device
 };
 
@@ -59,9 +60,9 @@ std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
                                                                                        : RowKind::kFeeder;
     // The framing rows in mode pageable, except the feed ceiling of the GPU decoder: dual_stream's copier decoding
     // every batch on its copy stream, nothing stepping on them.
-    const bool gpu_feed = row.kind == RowKind::kLoaderOnly && plan.transform.gpu_decode;
+    row.gpu_feed = row.kind == RowKind::kLoaderOnly && plan.transform.gpu_decode;
     const pipeline::ModePreset* preset =
-        pipeline::find_preset(row.kind == RowKind::kFeeder ? name : gpu_feed ? "dual_stream" : "pageable");
+        pipeline::find_preset(row.kind == RowKind::kFeeder ? name : row.gpu_feed ? "dual_stream" : "pageable");
     if (!preset) {
       throw ConfigError("--modes: unknown mode '" + name + "' (" + pipeline::preset_names() + " | " +
                         kGpuResidentRow + " | " + kLoaderOnlyRow + ")");
@@ -105,8 +106,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   const double lr = row.plan.schedule.lr;
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
-  const bool gpu_feed = row.kind == RowKind::kLoaderOnly && row.plan.transform.gpu_decode;
-  if (row.kind == RowKind::kLoaderOnly && !gpu_feed) {
+  if (row.kind == RowKind::kLoaderOnly && !row.gpu_feed) {
     LoaderOnly source(sets.train, row.plan.train_loader);
     pipeline::StepMeter wall_clock(std::nullopt);
     return sample_of(run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
@@ -122,10 +122,10 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
     return sample_of(run_steps(resident, meter, loop, train_step).timing, kGpuResidentRow);
   }
   const auto no_step = [](const pipeline::DeviceBatch&, int64_t) {};
-  const StepLoopResult r = gpu_feed ? run_steps(feeder, meter, loop, no_step) : run_steps(feeder, meter, loop, train_step);
+  const StepLoopResult r = row.gpu_feed ? run_steps(feeder, meter, loop, no_step) : run_steps(feeder, meter, loop, train_step);
   feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
   if (const auto d = feeder.decode_stats()) log::info("  nvJPEG: " + gpu::describe(*d));
-  return sample_of(r.timing, gpu_feed ? kLoaderOnlyRow : feeder.mode());
+  return sample_of(r.timing, row.gpu_feed ? kLoaderOnlyRow : feeder.mode());
 }
 
 // Several ranks run the same row at once (the gradient all-reduce in every step); rank 0 collects their rates.
