@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -157,6 +158,8 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
     m["gpu"] = info.name;
     m["cuda_driver_api"] = info.driver;
     m["cuda_runtime"] = info.runtime;
+    const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");  // plan.cpp sets it for the GPU decoder
+    m["cuda_device_max_connections"] = queues ? queues : "";
   }
   return m;
 }
