@@ -1,6 +1,7 @@
 // resolve_plan's checks of what a config asks of this machine: decode threads, host rings, options passed on.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "app/plan.h"
@@ -33,6 +34,24 @@ TEST(Plan, TheGpuDecoderNeedsCudaAndAutoFallsBackToTheCpu) {
   EXPECT_FALSE(resolve_plan(cpu_config()).transform.gpu_decode);
   EXPECT_EQ(resolve_plan(cpu_config()).transform.gpu_share, 1.0);
   EXPECT_EQ(resolve_plan(cpu_config({"data.gpu_decode_share=0.25"})).transform.gpu_share, 0.25);
+}
+
+// nvJPEG's own streams get hardware queues of their own (plan.cpp says why); set before CUDA initialises, only
+// where the GPU decoder may run, and never over the user's value.
+TEST(Plan, TheGpuDecoderAsksForThirtyTwoHardwareQueuesUnlessTheUserChoseANumber) {
+  const char* kQueues = "CUDA_DEVICE_MAX_CONNECTIONS";
+  ::unsetenv(kQueues);
+  resolve_plan(cpu_config({"data.decoder=auto"}));  // train.device = "cpu": CUDA is not used
+  resolve_plan(parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", {"data.decoder=cpu"}));
+  EXPECT_EQ(std::getenv(kQueues), nullptr);
+  const Config gpu_decoder = parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", {"data.decoder=auto"});
+  resolve_plan(gpu_decoder);  // device "auto": on a machine without CUDA the variable is set and unused
+  ASSERT_NE(std::getenv(kQueues), nullptr);
+  EXPECT_STREQ(std::getenv(kQueues), "32");
+  ::setenv(kQueues, "8", 1);
+  resolve_plan(gpu_decoder);
+  EXPECT_STREQ(std::getenv(kQueues), "8");
+  ::unsetenv(kQueues);
 }
 
 TEST(Plan, MoreThanFourDecodeThreadsPerCoreAreRefusedNamingTheKey) {
