@@ -1,7 +1,6 @@
 #include "app/bench.h"
 
 #include <CLI/CLI.hpp>
-#include <c10/core/StreamGuard.h>
 #include <torch/version.h>
 
 #include <chrono>
@@ -207,7 +206,6 @@ int run_bench(const BenchArgs& a) {
   std::vector<std::string> overrides = a.overrides;
   if (!a.decoder.empty()) overrides.push_back("data.decoder=\"" + a.decoder + "\"");
   const Plan plan = resolve_plan(load_config(a.config, overrides), dist_env_from_environment());
-  const c10::OptionalStreamGuard on_compute_stream(plan.compute_stream);  // ATen's ops (autograd's too) run there
   const std::vector<Row> rows = plan_rows(plan, a.modes);
   Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
   return dist.guard([&] { return bench_rows(plan, rows, dist, a, trace_steps); });

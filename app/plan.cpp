@@ -175,20 +175,15 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
   p.autocast_bf16 = p.device.is_cuda() && p.precision == Precision::kBf16;
+  if (p.device.is_cuda()) {
+    gpu::set_device(p.device.index());
+    p.compute_stream = gpu::current_stream(p.device);
+  }
+
   // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
   // cross as uint8 whatever pipeline.transfer_dtype says.
   // auto: nvjpeg where it can run (CUDA, built in), else the CPU.
   const bool ask_gpu = c.data.decoder == "nvjpeg" || (c.data.decoder == "auto" && p.device.is_cuda());
-  if (p.device.is_cuda()) {
-    gpu::set_device(p.device.index());
-    // The stream the model runs on (train and bench make it current). With the GPU decoder, a stream of its own
-    // from LibTorch's pool: CUDA's legacy default stream synchronises implicitly with every blocking stream, and
-    // nvJPEG issues its per-image work on internal streams of that kind, so each image's work waited for the
-    // step's kernels queued before it and held back the ones after (a trace showed the decode resuming only when
-    // a CUDA graph replay on the default stream ended). Otherwise the default stream, as before.
-    p.compute_stream = ask_gpu ? gpu::new_stream(p.device) : gpu::current_stream(p.device);
-  }
-
   const std::string nvjpeg_problem = ask_gpu && p.device.is_cuda() ? gpu::JpegDecoder::unavailable_reason() : "";
   p.transform.gpu_decode = c.data.decoder == "nvjpeg" || (ask_gpu && nvjpeg_problem.empty());
   p.transform.gpu_share = c.data.gpu_decode_share;

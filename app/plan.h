@@ -25,7 +25,7 @@ struct Plan {
   Config config;  // what the plan was resolved from
 
   c10::Device device{c10::kCPU};
-  std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on (train and bench make it current); nullopt on the CPU
+  std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on; nullopt on the CPU
   Precision precision = Precision::kFp32;
   bool autocast_bf16 = false;  // bf16 autocast of the forward pass (CUDA only)
   bool channels_last = false;

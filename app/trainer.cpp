@@ -1,7 +1,6 @@
 #include "app/trainer.h"
 
 #include <ATen/ops/tensor.h>
-#include <c10/core/StreamGuard.h>
 
 #include <chrono>
 #include <cmath>
@@ -423,7 +422,6 @@ class Training {
 }  // namespace
 
 TrainResult train(const Plan& plan, const TrainArgs& args) {
-  const c10::OptionalStreamGuard on_compute_stream(plan.compute_stream);  // ATen's ops (autograd's too) run there
   Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
   return dist.guard([&] {
     dist.agree("config", to_toml(plan.config), "config");
