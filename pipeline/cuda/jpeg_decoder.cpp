@@ -55,13 +55,13 @@ struct JpegDecoder::Impl {
   int64_t budget_bytes;
   nvjpegHandle_t hardware = nullptr;  // null where the GPU has no JPEG engines
   // A decode state holds host and device buffers that its work on the stream still reads after the call returns:
-  // one is not given new images before the work issued with it is done. Two, used in turn, with an event each,
-  // let one chunk be issued while the one before it decodes.
-  static constexpr int kStates = 2;
-  nvjpegJpegState_t hardware_states[kStates] = {};
-  cudaEvent_t state_done[kStates] = {};
-  bool state_used[kStates] = {};
-  int next_state = 0;
+  // it is not given new images before the work issued with it is done (`state_done`). One state, not two used in
+  // turn: each state brings ~14 streams of nvJPEG's own, and on the H200 two states in flight decoded slower next
+  // to a busy step (ResNet-50 bs256 with a CUDA graph, 2 threads: 91.1% of gpu_resident with two, 93.8% with one;
+  // eager and 160 px gained 1-1.6 points too: docs/results/h200/issue11/queues/, calls 19-20).
+  nvjpegJpegState_t hardware_state = nullptr;
+  cudaEvent_t state_done = nullptr;
+  bool state_used = false;
   static constexpr int kLoggedFailures = 5;
   int64_t failed_batches = 0;  // hardware batches nvJPEG refused (their images went one at a time)
   nvjpegHandle_t single = nullptr;  // default backend, one image at a time
@@ -75,8 +75,8 @@ struct JpegDecoder::Impl {
     try {
       if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hardware) ==
           NVJPEG_STATUS_SUCCESS) {
-        for (auto& state : hardware_states) check(nvjpegJpegStateCreate(hardware, &state), "state (hardware)");
-        for (auto& event : state_done) C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+        check(nvjpegJpegStateCreate(hardware, &hardware_state), "state (hardware)");
+        C10_CUDA_CHECK(cudaEventCreateWithFlags(&state_done, cudaEventDisableTiming));
       } else {
         hardware = nullptr;
         log::warn("nvJPEG: this GPU has no hardware JPEG decoder; every JPEG goes to the hybrid decoder");
@@ -95,18 +95,17 @@ struct JpegDecoder::Impl {
   void release() {
     if (single_state) nvjpegJpegStateDestroy(single_state);
     if (single) nvjpegDestroy(single);
-    for (int i = 0; i < kStates; ++i) {
-      if (state_done[i]) {
-        cudaEventSynchronize(state_done[i]);
-        cudaEventDestroy(state_done[i]);
-      }
-      if (hardware_states[i]) nvjpegJpegStateDestroy(hardware_states[i]);
+    if (state_done) {
+      cudaEventSynchronize(state_done);
+      cudaEventDestroy(state_done);
     }
+    if (hardware_state) nvjpegJpegStateDestroy(hardware_state);
     if (hardware) nvjpegDestroy(hardware);
     single_state = nullptr;
     single = nullptr;
     hardware = nullptr;
-    for (int i = 0; i < kStates; ++i) state_done[i] = nullptr, hardware_states[i] = nullptr;
+    state_done = nullptr;
+    hardware_state = nullptr;
   }
 
   // The CPU path's pixels for a file nvJPEG refused, copied into its sample of `out` (a blocking copy from
@@ -155,16 +154,13 @@ struct JpegDecoder::Impl {
         destinations.push_back(destination(k));
       }
       const int n = static_cast<int>(batch.size());
-      const int k_state = next_state;
-      next_state = (next_state + 1) % kStates;
-      if (state_used[k_state]) C10_CUDA_CHECK(cudaEventSynchronize(state_done[k_state]));
-      nvjpegJpegState_t state = hardware_states[k_state];
-      nvjpegStatus_t s = nvjpegDecodeBatchedInitialize(hardware, state, n, 1, NVJPEG_OUTPUT_RGBI);
+      if (state_used) C10_CUDA_CHECK(cudaEventSynchronize(state_done));
+      nvjpegStatus_t s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
       if (s == NVJPEG_STATUS_SUCCESS) {
-        s = nvjpegDecodeBatched(hardware, state, data.data(), lengths.data(), destinations.data(), stream);
+        s = nvjpegDecodeBatched(hardware, hardware_state, data.data(), lengths.data(), destinations.data(), stream);
       }
-      C10_CUDA_CHECK(cudaEventRecord(state_done[k_state], stream));
-      state_used[k_state] = true;
+      C10_CUDA_CHECK(cudaEventRecord(state_done, stream));
+      state_used = true;
       if (s == NVJPEG_STATUS_SUCCESS) {
         for (size_t k : batch) decoded[k] = 1;
         counts.hardware += n;
