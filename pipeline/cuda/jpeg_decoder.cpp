@@ -1,7 +1,8 @@
 // JpegDecoder on nvJPEG. Baseline JPEGs go to the hardware engines through the batched API (one call per chunk
-// of a batch); the rest the hardware does not take (progressive, other subsamplings) to nvJPEG's default
-// single-image decoder (hybrid: Huffman on this thread, the rest on the GPU); a file nvJPEG refuses after all is
-// decoded on the CPU with the same crop. Then one kernel resizes every crop into the batch (crop_resize.cu).
+// of a batch, each image decoding only its crop's pixels: ROI decode); the rest the hardware does not take
+// (progressive, other subsamplings) to nvJPEG's default single-image decoder (hybrid: Huffman on this thread, the
+// rest on the GPU); a file nvJPEG refuses after all is decoded on the CPU with the same crop. Then one kernel
+// resizes every crop into the batch (crop_resize.cu).
 #include "pipeline/jpeg_decoder.h"
 
 #include <ATen/ops/empty.h>
@@ -47,6 +48,29 @@ void check(nvjpegStatus_t s, const char* what) {
 
 size_t rgb_bytes(const data::EncodedImage& e) { return static_cast<size_t>(e.width) * e.height * 3; }
 
+// The part of an image nvJPEG writes, in full-size pixels.
+struct Region {
+  int x = 0, y = 0, w = 0, h = 0;
+  size_t bytes() const { return (static_cast<size_t>(w) * h * 3 + 255) / 256 * 256; }
+};
+
+// The crop in the image shrunk by its reduction, as the CPU path's region decode takes it (jpeg_region.cpp).
+data::CropBox shrunk_crop(const data::EncodedImage& e) {
+  const int r = e.reduction;
+  return data::scaled_crop(e.box, (e.width + r - 1) / r, (e.height + r - 1) / r, r);
+}
+
+// The full-size pixels under that crop: what the hardware engines need to write (ROI decode). Its corner is a
+// multiple of the reduction, so its blocks are the whole image's (crop_resize.cu averages them).
+Region crop_region(const data::EncodedImage& e) {
+  const int r = e.reduction;
+  const data::CropBox c = shrunk_crop(e);
+  Region g{c.x * r, c.y * r, 0, 0};
+  g.w = std::min(c.w * r, e.width - g.x);
+  g.h = std::min(c.h * r, e.height - g.y);
+  return g;
+}
+
 }  // namespace
 
 struct JpegDecoder::Impl {
@@ -60,6 +84,7 @@ struct JpegDecoder::Impl {
   // to a busy step (ResNet-50 bs256 with a CUDA graph, 2 threads: 91.1% of gpu_resident with two, 93.8% with one;
   // eager and 160 px gained 1-1.6 points too: docs/results/h200/issue11/queues/, calls 19-20).
   nvjpegJpegState_t hardware_state = nullptr;
+  std::vector<nvjpegDecodeParams_t> params;  // one per image of a hardware batch (output format and ROI)
   cudaEvent_t state_done = nullptr;
   bool state_used = false;
   static constexpr int kLoggedFailures = 5;
@@ -99,6 +124,8 @@ struct JpegDecoder::Impl {
       cudaEventSynchronize(state_done);
       cudaEventDestroy(state_done);
     }
+    for (nvjpegDecodeParams_t p : params) nvjpegDecodeParamsDestroy(p);
+    params.clear();
     if (hardware_state) nvjpegJpegStateDestroy(hardware_state);
     if (hardware) nvjpegDestroy(hardware);
     single_state = nullptr;
@@ -120,44 +147,72 @@ struct JpegDecoder::Impl {
 
   void decode_chunk(const data::EncodedImage* images, const std::vector<int64_t>& chunk, const at::Tensor& out,
                     cudaStream_t stream, JpegDecodeStats& counts) {
-    size_t total = 0;
-    std::vector<size_t> offset;
-    for (int64_t i : chunk) {
-      offset.push_back(total);
-      total += (rgb_bytes(images[i]) + 255) / 256 * 256;
+    // Where each image is decoded to: the hardware engines write only the crop's pixels (ROI decode: less memory,
+    // and nvJPEG's colour conversion kernel touches only those), the one-at-a-time paths the whole image.
+    std::vector<char> on_hardware(chunk.size(), 0);
+    std::vector<Region> region(chunk.size());
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      const data::EncodedImage& e = images[chunk[k]];
+      on_hardware[k] = hardware != nullptr && e.kind == data::GpuDecode::kHardware;
+      region[k] = on_hardware[k] ? crop_region(e) : Region{0, 0, e.width, e.height};
     }
-    const at::Tensor buffer = at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kByte).device(device));
-    counts.peak_buffer_bytes = std::max<int64_t>(counts.peak_buffer_bytes, static_cast<int64_t>(total));
-    auto* base = buffer.data_ptr<uint8_t>();
+    std::vector<uint8_t*> pixels(chunk.size(), nullptr);
+    std::vector<at::Tensor> buffers;  // held until the chunk's work is issued (stream-ordered reuse after that)
+    int64_t buffer_bytes = 0;
+    // One device buffer for the images at `which`, laid out one after another.
+    auto place = [&](const std::vector<size_t>& which) {
+      size_t total = 0;
+      for (size_t k : which) total += region[k].bytes();
+      if (total == 0) return;
+      buffers.push_back(at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kByte).device(device)));
+      buffer_bytes += static_cast<int64_t>(total);
+      counts.peak_buffer_bytes = std::max(counts.peak_buffer_bytes, buffer_bytes);
+      uint8_t* p = buffers.back().data_ptr<uint8_t>();
+      for (size_t k : which) pixels[k] = p, p += region[k].bytes();
+    };
     auto destination = [&](size_t k) {
       nvjpegImage_t d{};
-      d.channel[0] = base + offset[k];
-      d.pitch[0] = static_cast<size_t>(images[chunk[k]].width) * 3;
+      d.channel[0] = pixels[k];
+      d.pitch[0] = static_cast<size_t>(region[k].w) * 3;
       return d;
     };
+    {
+      std::vector<size_t> all(chunk.size());
+      for (size_t k = 0; k < chunk.size(); ++k) all[k] = k;
+      place(all);
+    }
 
     std::vector<char> decoded(chunk.size(), 0);
     // The hardware engines: every baseline image of the chunk in one call.
     std::vector<size_t> batch;  // positions in chunk
-    if (hardware) {
-      for (size_t k = 0; k < chunk.size(); ++k) {
-        if (images[chunk[k]].kind == data::GpuDecode::kHardware) batch.push_back(k);
-      }
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      if (on_hardware[k]) batch.push_back(k);
     }
     if (!batch.empty()) {
       std::vector<const unsigned char*> data;
       std::vector<size_t> lengths;
       std::vector<nvjpegImage_t> destinations;
-      for (size_t k : batch) {
+      const int n = static_cast<int>(batch.size());
+      while (params.size() < batch.size()) {
+        params.push_back(nullptr);
+        check(nvjpegDecodeParamsCreate(hardware, &params.back()), "decode params");
+      }
+      nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
+      for (int b = 0; b < n && s == NVJPEG_STATUS_SUCCESS; ++b) {
+        const size_t k = batch[b];
         data.push_back(images[chunk[k]].bytes.data());
         lengths.push_back(images[chunk[k]].bytes.size());
         destinations.push_back(destination(k));
+        s = nvjpegDecodeParamsSetOutputFormat(params[b], NVJPEG_OUTPUT_RGBI);
+        if (s == NVJPEG_STATUS_SUCCESS) {
+          s = nvjpegDecodeParamsSetROI(params[b], region[k].x, region[k].y, region[k].w, region[k].h);
+        }
       }
-      const int n = static_cast<int>(batch.size());
       if (state_used) C10_CUDA_CHECK(cudaEventSynchronize(state_done));
-      nvjpegStatus_t s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
+      if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
       if (s == NVJPEG_STATUS_SUCCESS) {
-        s = nvjpegDecodeBatched(hardware, hardware_state, data.data(), lengths.data(), destinations.data(), stream);
+        s = nvjpegDecodeBatchedEx(hardware, hardware_state, data.data(), lengths.data(), destinations.data(),
+                                  params.data(), stream);
       }
       C10_CUDA_CHECK(cudaEventRecord(state_done, stream));
       state_used = true;
@@ -165,6 +220,9 @@ struct JpegDecoder::Impl {
         for (size_t k : batch) decoded[k] = 1;
         counts.hardware += n;
       } else {
+        // Decoded one at a time below, whole: room for the whole images.
+        for (size_t k : batch) region[k] = Region{0, 0, images[chunk[k]].width, images[chunk[k]].height};
+        place(batch);
         if (++failed_batches <= kLoggedFailures) {
           log::warn(std::string("nvJPEG hardware batch of ") + std::to_string(n) + " failed (" + status_name(s) +
                     "); decoding its images one at a time" +
@@ -195,10 +253,10 @@ struct JpegDecoder::Impl {
     for (size_t k = 0; k < chunk.size(); ++k) {
       if (!decoded[k]) continue;
       const data::EncodedImage& e = images[chunk[k]];
-      // The crop in the shrunk image, as the CPU path's region decode takes it (jpeg_region.cpp).
       const int r = e.reduction;
-      const data::CropBox c = data::scaled_crop(e.box, (e.width + r - 1) / r, (e.height + r - 1) / r, r);
-      jobs.push_back({base + offset[k], e.width * 3, e.width, e.height, r, c.x, c.y, c.w, c.h, c.flip ? 1 : 0,
+      const data::CropBox c = shrunk_crop(e);
+      const Region& g = region[k];  // its corner is a multiple of r: the crop relative to it stays whole blocks
+      jobs.push_back({pixels[k], g.w * 3, g.w, g.h, r, c.x - g.x / r, c.y - g.y / r, c.w, c.h, c.flip ? 1 : 0,
                       static_cast<int>(chunk[k])});
     }
     if (jobs.empty()) return;
