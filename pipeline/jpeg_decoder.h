@@ -21,7 +21,7 @@ struct JpegDecodeStats {  // since construction
   int64_t hardware = 0;      // images decoded by the hardware engines (batched)
   int64_t hybrid = 0;        // by nvJPEG's hybrid decoder, one at a time
   int64_t cpu_fallback = 0;  // meant for the GPU but refused by nvJPEG: decoded on the CPU (decode_box_into)
-  int64_t peak_buffer_bytes = 0;  // largest decode buffer (full-size RGB of a chunk of images)
+  int64_t peak_buffer_bytes = 0;  // largest decode buffer of a chunk (RGB of each image's crop, or of the whole image)
   bool hardware_backend = false;  // the hardware engines exist on this GPU
 };
 
@@ -38,8 +38,9 @@ class JpegDecoder {
   // Empty when nvJPEG can decode on this machine; else why not (built without it, no CUDA device).
   static std::string unavailable_reason();
 
-  // transform: the dataset's (output size, crop_decode). budget_bytes: bound on one chunk's decode buffer (the
-  // full-size RGB images decoded at once); a batch over it is decoded in several chunks.
+  // transform: the dataset's (output size, crop_decode). budget_bytes: bound on one chunk's decode buffer, counted
+  // as the full-size RGB of its images (the buffer itself is smaller where only crops are decoded); a batch over it
+  // is decoded in several chunks.
   JpegDecoder(c10::Device device, const data::TransformOptions& transform, int64_t budget_bytes = int64_t{512} << 20);
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;

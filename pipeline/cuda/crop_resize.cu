@@ -7,8 +7,8 @@
 namespace pinfeed::gpu {
 namespace {
 
-// A pixel of the image shrunk by `r`: the mean of its r x r block of full-size pixels (clipped at the image's
-// edge), as libjpeg's scaled IDCT approximately gives.
+// A pixel of the image shrunk by `r`: the mean of its r x r block of full-size pixels (clipped at the edge of
+// `src`, which a block crosses only where it is the image's edge), as libjpeg's scaled IDCT approximately gives.
 __device__ float shrunk(const CropResizeJob& j, int X, int Y, int c) {
   if (j.reduction == 1) return j.src[static_cast<size_t>(Y) * j.pitch + X * 3 + c];
   const int x0 = X * j.reduction, y0 = Y * j.reduction;

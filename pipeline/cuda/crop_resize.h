@@ -10,11 +10,12 @@
 namespace pinfeed::gpu {
 
 struct CropResizeJob {
-  const uint8_t* src;  // full-size interleaved RGB on the device
+  const uint8_t* src;  // interleaved RGB on the device: the whole image, or the part of it under the crop, from
+                       // a corner at a multiple of `reduction` (so its blocks are the whole image's)
   int pitch;           // bytes per source row
-  int width, height;   // full-size
+  int width, height;   // of `src`, in full-size pixels
   int reduction;       // 1, 2, 4, 8: the crop is taken from the image shrunk by this (block means)
-  int x, y, w, h;      // the crop in the shrunk image's pixels
+  int x, y, w, h;      // the crop in shrunk pixels, relative to `src`
   int flip;            // mirror horizontally
   int out_index;       // sample position in the batch
 };
