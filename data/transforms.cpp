@@ -22,6 +22,15 @@ size_t bytes_per_image(PixelFormat format, int size) {
   return format == PixelFormat::kFloat32Chw ? pixels * sizeof(float) : pixels;
 }
 
+PixelAffine uint8_normalisation(const TransformOptions& o) {
+  PixelAffine a;
+  for (int c = 0; c < 3; ++c) {
+    a.scale[c] = 1 / (o.std[c] * 255.f);
+    a.shift[c] = -o.mean[c] / o.std[c];
+  }
+  return a;
+}
+
 CropBox sample_train_crop(int width, int height, const TransformOptions& o, SampleRng& rng) {
   CropBox box;
   const double area = static_cast<double>(width) * height;

@@ -46,6 +46,13 @@ struct TransformOptions {
   float std[3] = {0.229f, 0.224f, 0.225f};
 };
 
+// A uint8 pixel p of channel c normalised, (p / 255 - mean[c]) / std[c], as p * scale[c] + shift[c]: one multiply
+// and one add on the device (the Feeder's uint8 path and the GPU decoder's kernel compute it the same way).
+struct PixelAffine {
+  float scale[3], shift[3];
+};
+PixelAffine uint8_normalisation(const TransformOptions& options);
+
 struct CropBox {
   int x = 0, y = 0, w = 0, h = 0;  // in source pixels
   bool flip = false;

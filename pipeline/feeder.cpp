@@ -50,14 +50,10 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   loader_ = std::make_unique<data::Loader>(std::move(dataset), loader_options, ring_.get());
   const auto& t = loader_->dataset().transform();
   if (options_.transfer_dtype == TransferDtype::kUint8) {
-    // (p / 255 - mean) / std = p * scale + shift: one multiply that also casts, one add, both on the GPU.
-    std::vector<float> scale, shift;
-    for (int c = 0; c < 3; ++c) {
-      scale.push_back(1 / (t.std[c] * 255.f));
-      shift.push_back(-t.mean[c] / t.std[c]);
-    }
-    scale_ = at::tensor(scale).view({1, 3, 1, 1}).to(feeder_options_.device);
-    shift_ = at::tensor(shift).view({1, 3, 1, 1}).to(feeder_options_.device);
+    // One multiply that also casts, one add, both on the device (the GPU decoder's kernel does its own).
+    const data::PixelAffine a = data::uint8_normalisation(t);
+    scale_ = at::tensor(std::vector<float>(a.scale, a.scale + 3)).view({1, 3, 1, 1}).to(feeder_options_.device);
+    shift_ = at::tensor(std::vector<float>(a.shift, a.shift + 3)).view({1, 3, 1, 1}).to(feeder_options_.device);
   }
   if (cuda_ && options_.prefetch == Prefetch::kDualStream) {
     copy_stream_ = gpu::new_stream(feeder_options_.device);
@@ -201,7 +197,7 @@ std::optional<DeviceBatch> Feeder::next_copied() {
   // The compute stream (not the host) waits for the copy. The batch was allocated on the copy stream and is
   // used on the compute stream: keep the caching allocator from handing its blocks out again before the
   // compute stream is done with them (images and labels share one block, or the images are the block the
-  // uint8 normalisation made).
+  // uint8 normalisation or the GPU decoder wrote).
   const c10::Stream compute = *feeder_options_.compute_stream;
   item.ready->block(compute);
   item.batch->images.record_stream(compute);
@@ -252,8 +248,14 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
     const SlotLayout& layout = ring_->layout();
     const int64_t from = cpu_pixels ? 0 : layout.labels_offset;
     device_slot.narrow(0, from, host.numel() - from).copy_(host.narrow(0, from, host.numel() - from), options_.non_blocking);
+    // The decoder writes the model's input itself (one kernel: crop, resize, flip, normalise).
+    const int64_t s = loader_->dataset().transform().size;
+    out.images = at::empty({batch->size, 3, s, s}, at::TensorOptions().dtype(at::kFloat).device(feeder_options_.device)
+                                                        .memory_format(feeder_options_.channels_last
+                                                                           ? c10::MemoryFormat::ChannelsLast
+                                                                           : c10::MemoryFormat::Contiguous));
     try {
-      decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), *stream);
+      decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), out.images, *stream);
     } catch (...) {
       gpu::synchronize(*stream);  // nothing issued may still read the slot when it goes back
       loader_->recycle(*batch);
@@ -264,7 +266,7 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   }
   out.timing.h2d_end->record(*stream);
   loader_->recycle(*batch, std::make_shared<EventFence>(out.timing.h2d_end));
-  out.images = to_model_layout(ring_->layout().images(device_slot).narrow(0, 0, batch->size));
+  if (!decoder_) out.images = to_model_layout(ring_->layout().images(device_slot).narrow(0, 0, batch->size));
   out.labels = ring_->layout().labels(device_slot).narrow(0, 0, batch->size);
   return out;
 }

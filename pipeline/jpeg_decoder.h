@@ -1,7 +1,7 @@
 // GPU JPEG decode (data.decoder = "nvjpeg"): a batch's JPEGs, left encoded by the loader's workers
-// (data::EncodedImage), are decoded by nvJPEG and each one's crop is resized, flipped and written into the batch's
-// uint8 (B, S, S, 3) device tensor, beside the pixels the CPU decoded for the rest. No CUDA types here: the nvJPEG
-// code is in cuda/jpeg_decoder.cpp, the resize kernel in cuda/crop_resize.cu.
+// (data::EncodedImage), are decoded by nvJPEG; each one's crop is resized, flipped and normalised straight into
+// the model's float32 input, and so are the pixels the CPU decoded for the rest of the batch. No CUDA types here:
+// the nvJPEG code is in cuda/jpeg_decoder.cpp, the resize kernel in cuda/crop_resize.cu.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,11 +46,15 @@ class JpegDecoder {
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
-  // Issues on `stream` the decode of every images[i] whose kind is not kNone and writes it into out[i]
-  // ((B, S, S, 3) uint8, contiguous, on the device); other samples of `out` are left alone. The host returns once
-  // the work is issued (and nvJPEG's host-side parsing done); buffers are stream-ordered. Throws
-  // std::runtime_error only if even the CPU fallback fails for a file (it was checked by libjpeg before).
-  void decode(const data::EncodedImage* images, int64_t count, const at::Tensor& out, const c10::Stream& stream);
+  // Issues on `stream` the batch's model input out[0, count): float32 (count, 3, S, S) on the device, contiguous
+  // or channels_last, normalised with the transform's mean and std. Every images[i] whose kind is not kNone is
+  // decoded by nvJPEG; the others are read from pixels[i], where the CPU's uint8 pixels already are (pixels:
+  // (B >= count, S, S, 3) uint8, contiguous, on the device; a file nvJPEG refuses is decoded on the CPU into its
+  // place there too). The host returns once the work is issued (and nvJPEG's host-side parsing done); buffers are
+  // stream-ordered. Throws std::runtime_error only if even the CPU fallback fails for a file (libjpeg checked
+  // it before).
+  void decode(const data::EncodedImage* images, int64_t count, const at::Tensor& pixels, const at::Tensor& out,
+              const c10::Stream& stream);
 
   JpegDecodeStats stats() const;
 

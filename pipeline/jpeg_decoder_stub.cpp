@@ -18,7 +18,7 @@ JpegDecoder::JpegDecoder(c10::Device, const data::TransformOptions&, int64_t) {
   throw std::runtime_error("nvJPEG unavailable: " + unavailable_reason());
 }
 JpegDecoder::~JpegDecoder() = default;
-void JpegDecoder::decode(const data::EncodedImage*, int64_t, const at::Tensor&, const c10::Stream&) {
+void JpegDecoder::decode(const data::EncodedImage*, int64_t, const at::Tensor&, const at::Tensor&, const c10::Stream&) {
   throw std::runtime_error("nvJPEG unavailable: " + unavailable_reason());
 }
 JpegDecodeStats JpegDecoder::stats() const { return {}; }

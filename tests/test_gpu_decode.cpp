@@ -5,9 +5,11 @@
 
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/sub.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -56,23 +58,32 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
           cpu.load(i, 3, epoch, expected.data() + i * bytes, &label, scratch);
           gpu_ds.load(i, 3, epoch, staged.data() + i * bytes, &label, scratch, &encoded[i]);
         }
-        // The samples the CPU decoded cross as they are; a sentinel elsewhere shows what the GPU wrote.
-        at::Tensor out = at::full({n, o.size, o.size, 3}, 7, at::TensorOptions().dtype(at::kByte).device(kCuda));
+        // The samples the CPU decoded cross as they are; the decoder writes every sample of `out` (NaN first).
+        at::Tensor pixels = at::full({n, o.size, o.size, 3}, 7, at::TensorOptions().dtype(at::kByte).device(kCuda));
         for (int64_t i = 0; i < n; ++i) {
           if (encoded[i].kind == data::GpuDecode::kNone) {
-            out[i].copy_(at::from_blob(staged.data() + i * bytes, {o.size, o.size, 3}, at::kByte));
+            pixels[i].copy_(at::from_blob(staged.data() + i * bytes, {o.size, o.size, 3}, at::kByte));
           }
         }
-        decoder.decode(encoded.data(), n, out, stream);
+        // Both layouts the model may take: channels_last for the train crops, contiguous for the val crops.
+        const at::Tensor out =
+            at::full({n, 3, o.size, o.size}, std::nanf(""), at::TensorOptions().dtype(at::kFloat).device(kCuda))
+                .contiguous(train ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+        decoder.decode(encoded.data(), n, pixels, out, stream);
         gpu::synchronize(stream);
-        const at::Tensor got = out.cpu();
+        // Back to uint8 levels, (S, S, 3) per sample: u = (v - shift) / scale, exact after rounding.
+        const data::PixelAffine a = data::uint8_normalisation(o);
+        const at::Tensor scale = at::from_blob(const_cast<float*>(a.scale), {1, 3, 1, 1}).to(kCuda);
+        const at::Tensor shift = at::from_blob(const_cast<float*>(a.shift), {1, 3, 1, 1}).to(kCuda);
+        const at::Tensor levels = out.sub(shift).div(scale).permute({0, 2, 3, 1}).contiguous().cpu();
+        ASSERT_TRUE(levels.isfinite().all().item<bool>()) << "a sample the decoder did not write";
         for (int64_t i = 0; i < n; ++i) {
-          const uint8_t* g = got.data_ptr<uint8_t>() + i * bytes;
+          const float* g = levels.data_ptr<float>() + i * bytes;
           const uint8_t* e = expected.data() + i * bytes;
           double sum = 0;
           int worst = 0;
           for (size_t k = 0; k < bytes; ++k) {
-            const int d = std::abs(int{g[k]} - int{e[k]});
+            const int d = std::abs(static_cast<int>(std::lround(g[k])) - int{e[k]});
             sum += d;
             worst = std::max(worst, d);
           }
@@ -81,6 +92,9 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
                       train ? "train" : "val", crop_decode, encoded[i].reduction, static_cast<int>(encoded[i].kind),
                       mad, worst);
           EXPECT_LE(mad, kMaxMeanAbsDiff) << files[i].name << (train ? ", train" : ", val") << ", epoch " << epoch;
+          if (encoded[i].kind == data::GpuDecode::kNone) {
+            EXPECT_EQ(worst, 0) << files[i].name << ": the CPU's pixels, only normalised";
+          }
         }
       }
       const gpu::JpegDecodeStats s = decoder.stats();

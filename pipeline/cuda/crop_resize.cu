@@ -33,7 +33,7 @@ __device__ void source_coord(int o, float scale, int n, int* i0, int* i1, float*
   *a = t;
 }
 
-__global__ void crop_resize_kernel(const CropResizeJob* jobs, uint8_t* out, int size) {
+__global__ void crop_resize_kernel(const CropResizeJob* jobs, ModelInput out, int size) {
   const CropResizeJob j = jobs[blockIdx.z];
   const int ox = blockIdx.x * blockDim.x + threadIdx.x, oy = blockIdx.y * blockDim.y + threadIdx.y;
   if (ox >= size || oy >= size) return;
@@ -42,18 +42,20 @@ __global__ void crop_resize_kernel(const CropResizeJob* jobs, uint8_t* out, int 
   source_coord(ox, static_cast<float>(j.w) / size, j.w, &x0, &x1, &ax);
   source_coord(oy, static_cast<float>(j.h) / size, j.h, &y0, &y1, &ay);
   const int dx = j.flip ? size - 1 - ox : ox;
-  uint8_t* dst = out + ((static_cast<size_t>(j.out_index) * size + oy) * size + dx) * 3;
+  float* dst = out.data + j.out_index * out.sample_stride + oy * out.row_stride + dx * out.column_stride;
   for (int c = 0; c < 3; ++c) {
     const float top = (1 - ax) * shrunk(j, j.x + x0, j.y + y0, c) + ax * shrunk(j, j.x + x1, j.y + y0, c);
     const float bottom = (1 - ax) * shrunk(j, j.x + x0, j.y + y1, c) + ax * shrunk(j, j.x + x1, j.y + y1, c);
     const float v = (1 - ay) * top + ay * bottom;
-    dst[c] = static_cast<uint8_t>(fminf(fmaxf(v + 0.5f, 0.f), 255.f));
+    const float u = truncf(fminf(fmaxf(v + 0.5f, 0.f), 255.f));  // the uint8 pixel the CPU path would hold
+    // Rounded multiply, then rounded add (no fused multiply-add): the values the Feeder's uint8 path computes.
+    dst[c * out.channel_stride] = __fadd_rn(__fmul_rn(u, out.scale[c]), out.shift[c]);
   }
 }
 
 }  // namespace
 
-void crop_resize(const CropResizeJob* jobs, int count, uint8_t* out, int size, cudaStream_t stream) {
+void crop_resize(const CropResizeJob* jobs, int count, const ModelInput& out, int size, cudaStream_t stream) {
   if (count == 0) return;
   const dim3 block(32, 8);
   const dim3 grid((size + block.x - 1) / block.x, (size + block.y - 1) / block.y, count);

@@ -1,6 +1,7 @@
-// One kernel for a whole batch: each decoded image's crop, averaged over reduction x reduction blocks (what
-// libjpeg's DCT scaling gives the CPU path), resized bilinearly like cv::resize INTER_LINEAR, optionally
-// mirrored, written as uint8 RGB into its place in the (B, S, S, 3) batch.
+// One kernel for a whole batch, writing the model's input: each image's crop, averaged over reduction x reduction
+// blocks (what libjpeg's DCT scaling gives the CPU path), resized bilinearly like cv::resize INTER_LINEAR,
+// rounded to uint8 as the CPU path's pixels are, optionally mirrored, then normalised into its place in the
+// float32 (B, 3, S, S) batch.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,7 +21,15 @@ struct CropResizeJob {
   int out_index;       // sample position in the batch
 };
 
-// jobs: `count` jobs in device memory; out: (B, size, size, 3) uint8 on the device.
-void crop_resize(const CropResizeJob* jobs, int count, uint8_t* out, int size, cudaStream_t stream);
+// The batch the kernel writes: float32 (B, 3, S, S) on the device, any strides (contiguous or channels_last), and
+// the normalisation of a uint8 pixel u of channel c, u * scale[c] + shift[c] (data::uint8_normalisation).
+struct ModelInput {
+  float* data;
+  int64_t sample_stride, channel_stride, row_stride, column_stride;  // in elements
+  float scale[3], shift[3];
+};
+
+// jobs: `count` jobs in device memory; size: S.
+void crop_resize(const CropResizeJob* jobs, int count, const ModelInput& out, int size, cudaStream_t stream);
 
 }  // namespace pinfeed::gpu

@@ -2,7 +2,7 @@
 // of a batch, each image decoding only its crop's pixels: ROI decode); the rest the hardware does not take
 // (progressive, other subsamplings) to nvJPEG's default single-image decoder (hybrid: Huffman on this thread, the
 // rest on the GPU); a file nvJPEG refuses after all is decoded on the CPU with the same crop. Then one kernel
-// resizes every crop into the batch (crop_resize.cu).
+// resizes and normalises every crop into the model's input (crop_resize.cu), the CPU-decoded samples too.
 #include "pipeline/jpeg_decoder.h"
 
 #include <ATen/ops/empty.h>
@@ -135,18 +135,37 @@ struct JpegDecoder::Impl {
     hardware_state = nullptr;
   }
 
-  // The CPU path's pixels for a file nvJPEG refused, copied into its sample of `out` (a blocking copy from
+  // The job that normalises sample `index` of `pixels` ((B, S, S, 3) uint8: the CPU's pixels) as it is.
+  CropResizeJob pixels_job(const at::Tensor& pixels, int64_t index) const {
+    const int s = transform.size;
+    const uint8_t* src = pixels.data_ptr<uint8_t>() + index * pixels.stride(0);
+    return {src, s * 3, s, s, 1, 0, 0, s, s, 0, static_cast<int>(index)};
+  }
+
+  // The CPU path's pixels for a file nvJPEG refused, copied into its sample of `pixels` (a blocking copy from
   // pageable memory: rare, and the buffer is free for the next one when it returns).
-  void decode_on_cpu(const data::EncodedImage& e, int64_t index, const at::Tensor& out) {
+  void decode_on_cpu(const data::EncodedImage& e, int64_t index, const at::Tensor& pixels) {
     const size_t bytes = data::bytes_per_image(data::PixelFormat::kUint8Hwc, transform.size);
     cpu_pixels.resize(bytes);
     data::decode_box_into(e.bytes.data(), e.bytes.size(), e.box, transform, scratch, cpu_pixels.data());
     const at::Tensor host = at::from_blob(cpu_pixels.data(), {transform.size, transform.size, 3}, at::kByte);
-    out[index].copy_(host);
+    pixels[index].copy_(host);
   }
 
-  void decode_chunk(const data::EncodedImage* images, const std::vector<int64_t>& chunk, const at::Tensor& out,
-                    cudaStream_t stream, JpegDecodeStats& counts) {
+  // The jobs' table goes to the device on `stream`, then the kernel. Anything the jobs read must stay allocated
+  // until this is issued (stream order keeps it after that).
+  void resize_into(const std::vector<CropResizeJob>& jobs, const ModelInput& out, cudaStream_t stream) const {
+    if (jobs.empty()) return;
+    const int64_t job_bytes = static_cast<int64_t>(jobs.size() * sizeof(CropResizeJob));
+    const at::Tensor job_buffer = at::empty({job_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+    // From pageable memory: staged before the call returns, so `jobs` may go at once.
+    C10_CUDA_CHECK(cudaMemcpyAsync(job_buffer.data_ptr(), jobs.data(), job_bytes, cudaMemcpyHostToDevice, stream));
+    crop_resize(reinterpret_cast<const CropResizeJob*>(job_buffer.data_ptr()), static_cast<int>(jobs.size()), out,
+                transform.size, stream);
+  }
+
+  void decode_chunk(const data::EncodedImage* images, const std::vector<int64_t>& chunk, const at::Tensor& pixels,
+                    const ModelInput& out, cudaStream_t stream, JpegDecodeStats& counts) {
     // Where each image is decoded to: the hardware engines write only the crop's pixels (ROI decode: less memory,
     // and nvJPEG's colour conversion kernel touches only those), the one-at-a-time paths the whole image.
     std::vector<char> on_hardware(chunk.size(), 0);
@@ -156,7 +175,7 @@ struct JpegDecoder::Impl {
       on_hardware[k] = hardware != nullptr && e.kind == data::GpuDecode::kHardware;
       region[k] = on_hardware[k] ? crop_region(e) : Region{0, 0, e.width, e.height};
     }
-    std::vector<uint8_t*> pixels(chunk.size(), nullptr);
+    std::vector<uint8_t*> decoded_to(chunk.size(), nullptr);  // each image's decode buffer
     std::vector<at::Tensor> buffers;  // held until the chunk's work is issued (stream-ordered reuse after that)
     int64_t buffer_bytes = 0;
     // One device buffer for the images at `which`, laid out one after another.
@@ -168,11 +187,11 @@ struct JpegDecoder::Impl {
       buffer_bytes += static_cast<int64_t>(total);
       counts.peak_buffer_bytes = std::max(counts.peak_buffer_bytes, buffer_bytes);
       uint8_t* p = buffers.back().data_ptr<uint8_t>();
-      for (size_t k : which) pixels[k] = p, p += region[k].bytes();
+      for (size_t k : which) decoded_to[k] = p, p += region[k].bytes();
     };
     auto destination = [&](size_t k) {
       nvjpegImage_t d{};
-      d.channel[0] = pixels[k];
+      d.channel[0] = decoded_to[k];
       d.pitch[0] = static_cast<size_t>(region[k].w) * 3;
       return d;
     };
@@ -196,6 +215,7 @@ struct JpegDecoder::Impl {
       while (params.size() < batch.size()) {
         params.push_back(nullptr);
         check(nvjpegDecodeParamsCreate(hardware, &params.back()), "decode params");
+        check(nvjpegDecodeParamsSetOutputFormat(params.back(), NVJPEG_OUTPUT_RGBI), "decode params output format");
       }
       nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
       for (int b = 0; b < n && s == NVJPEG_STATUS_SUCCESS; ++b) {
@@ -203,10 +223,7 @@ struct JpegDecoder::Impl {
         data.push_back(images[chunk[k]].bytes.data());
         lengths.push_back(images[chunk[k]].bytes.size());
         destinations.push_back(destination(k));
-        s = nvjpegDecodeParamsSetOutputFormat(params[b], NVJPEG_OUTPUT_RGBI);
-        if (s == NVJPEG_STATUS_SUCCESS) {
-          s = nvjpegDecodeParamsSetROI(params[b], region[k].x, region[k].y, region[k].w, region[k].h);
-        }
+        s = nvjpegDecodeParamsSetROI(params[b], region[k].x, region[k].y, region[k].w, region[k].h);
       }
       if (state_used) C10_CUDA_CHECK(cudaEventSynchronize(state_done));
       if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
@@ -231,6 +248,7 @@ struct JpegDecoder::Impl {
       }
     }
     // One at a time: the rest, and a hardware batch that failed.
+    std::vector<CropResizeJob> jobs;
     for (size_t k = 0; k < chunk.size(); ++k) {
       if (decoded[k]) continue;
       const data::EncodedImage& e = images[chunk[k]];
@@ -244,28 +262,22 @@ struct JpegDecoder::Impl {
         decoded[k] = 1;
         ++counts.hybrid;
       } else {
-        decode_on_cpu(e, chunk[k], out);
+        decode_on_cpu(e, chunk[k], pixels);
+        jobs.push_back(pixels_job(pixels, chunk[k]));
         ++counts.cpu_fallback;
       }
     }
 
-    std::vector<CropResizeJob> jobs;
     for (size_t k = 0; k < chunk.size(); ++k) {
       if (!decoded[k]) continue;
       const data::EncodedImage& e = images[chunk[k]];
       const int r = e.reduction;
       const data::CropBox c = shrunk_crop(e);
       const Region& g = region[k];  // its corner is a multiple of r: the crop relative to it stays whole blocks
-      jobs.push_back({pixels[k], g.w * 3, g.w, g.h, r, c.x - g.x / r, c.y - g.y / r, c.w, c.h, c.flip ? 1 : 0,
+      jobs.push_back({decoded_to[k], g.w * 3, g.w, g.h, r, c.x - g.x / r, c.y - g.y / r, c.w, c.h, c.flip ? 1 : 0,
                       static_cast<int>(chunk[k])});
     }
-    if (jobs.empty()) return;
-    const int64_t job_bytes = static_cast<int64_t>(jobs.size() * sizeof(CropResizeJob));
-    const at::Tensor job_buffer = at::empty({job_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
-    // From pageable memory: staged before the call returns, so `jobs` may go at once.
-    C10_CUDA_CHECK(cudaMemcpyAsync(job_buffer.data_ptr(), jobs.data(), job_bytes, cudaMemcpyHostToDevice, stream));
-    crop_resize(reinterpret_cast<const CropResizeJob*>(job_buffer.data_ptr()), static_cast<int>(jobs.size()),
-                out.data_ptr<uint8_t>(), transform.size, stream);
+    resize_into(jobs, out, stream);  // while `buffers` still holds the decoded pixels
   }
 };
 
@@ -280,15 +292,31 @@ JpegDecoder::JpegDecoder(c10::Device device, const data::TransformOptions& trans
 
 JpegDecoder::~JpegDecoder() = default;
 
-void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const at::Tensor& out,
-                         const c10::Stream& stream) {
-  if (!out.is_cuda() || out.scalar_type() != at::kByte || !out.is_contiguous() || out.dim() != 4 ||
-      out.size(1) != impl_->transform.size || out.size(3) != 3 || out.size(0) < count) {
-    throw std::invalid_argument("JpegDecoder::decode: out must be a contiguous (B, S, S, 3) uint8 CUDA tensor");
+void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const at::Tensor& pixels,
+                         const at::Tensor& out, const c10::Stream& stream) {
+  const int64_t s = impl_->transform.size;
+  if (!pixels.is_cuda() || pixels.scalar_type() != at::kByte || !pixels.is_contiguous() || pixels.dim() != 4 ||
+      pixels.size(0) < count || pixels.size(1) != s || pixels.size(2) != s || pixels.size(3) != 3) {
+    throw std::invalid_argument("JpegDecoder::decode: pixels must be a contiguous (B, S, S, 3) uint8 CUDA tensor");
   }
+  if (!out.is_cuda() || out.scalar_type() != at::kFloat || out.dim() != 4 || out.size(0) != count ||
+      out.size(1) != 3 || out.size(2) != s || out.size(3) != s ||
+      !(out.is_contiguous() || out.is_contiguous(at::MemoryFormat::ChannelsLast))) {
+    throw std::invalid_argument(
+        "JpegDecoder::decode: out must be a (count, 3, S, S) float32 CUDA tensor, contiguous or channels_last");
+  }
+  ModelInput input{out.data_ptr<float>(), out.stride(0), out.stride(1), out.stride(2), out.stride(3), {}, {}};
+  const data::PixelAffine affine = data::uint8_normalisation(impl_->transform);
+  std::copy(affine.scale, affine.scale + 3, input.scale);
+  std::copy(affine.shift, affine.shift + 3, input.shift);
   const c10::cuda::CUDAStream cuda_stream(stream);
   const c10::cuda::CUDAStreamGuard guard(cuda_stream);  // the buffers below are allocated on, and used by, it
   JpegDecodeStats counts;
+  std::vector<CropResizeJob> cpu_decoded;  // the samples whose pixels the workers made
+  for (int64_t i = 0; i < count; ++i) {
+    if (images[i].kind == data::GpuDecode::kNone) cpu_decoded.push_back(impl_->pixels_job(pixels, i));
+  }
+  impl_->resize_into(cpu_decoded, input, cuda_stream.stream());
   // Chunks of images whose full-size RGB fits the budget (an image over it alone is a chunk of its own).
   std::vector<int64_t> chunk;
   size_t chunk_bytes = 0;
@@ -296,14 +324,14 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
     if (images[i].kind == data::GpuDecode::kNone) continue;
     const size_t bytes = rgb_bytes(images[i]);
     if (!chunk.empty() && chunk_bytes + bytes > static_cast<size_t>(impl_->budget_bytes)) {
-      impl_->decode_chunk(images, chunk, out, cuda_stream.stream(), counts);
+      impl_->decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
       chunk.clear();
       chunk_bytes = 0;
     }
     chunk.push_back(i);
     chunk_bytes += bytes;
   }
-  if (!chunk.empty()) impl_->decode_chunk(images, chunk, out, cuda_stream.stream(), counts);
+  if (!chunk.empty()) impl_->decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
   std::lock_guard<std::mutex> lock(impl_->stats_mutex);
   impl_->stats.hardware += counts.hardware;
   impl_->stats.hybrid += counts.hybrid;
