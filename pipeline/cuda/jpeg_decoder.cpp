@@ -15,6 +15,7 @@
 #include <nvjpeg.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -87,6 +88,7 @@ struct JpegDecoder::Impl {
   std::vector<nvjpegDecodeParams_t> params;  // one per image of a hardware batch (output format and ROI)
   cudaEvent_t state_done = nullptr;
   bool state_used = false;
+  bool preallocated = false;  // EXPERIMENT (call 26): PINFEED_EXP_PREALLOC=1 (1x1) or =max (the first batch's largest)
   static constexpr int kLoggedFailures = 5;
   int64_t failed_batches = 0;  // hardware batches nvJPEG refused (their images went one at a time)
   nvjpegHandle_t single = nullptr;  // default backend, one image at a time
@@ -226,6 +228,20 @@ struct JpegDecoder::Impl {
         s = nvjpegDecodeParamsSetROI(params[b], region[k].x, region[k].y, region[k].w, region[k].h);
       }
       if (state_used) C10_CUDA_CHECK(cudaEventSynchronize(state_done));
+      if (!preallocated) {
+        preallocated = true;
+        const char* mode = std::getenv("PINFEED_EXP_PREALLOC");
+        if (mode && *mode && std::string(mode) != "0") {
+          int w = 1, h = 1;
+          if (std::string(mode) == "max") {
+            for (size_t k : batch) w = std::max(w, images[chunk[k]].width), h = std::max(h, images[chunk[k]].height);
+          }
+          const nvjpegStatus_t p = nvjpegDecodeBatchedPreAllocate(hardware, hardware_state, n, w, h, NVJPEG_CSS_444,
+                                                                  NVJPEG_OUTPUT_RGBI);
+          log::info("EXPERIMENT nvjpegDecodeBatchedPreAllocate(" + std::to_string(n) + ", " + std::to_string(w) + "x" +
+                    std::to_string(h) + "): " + status_name(p));
+        }
+      }
       if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeBatchedInitialize(hardware, hardware_state, n, 1, NVJPEG_OUTPUT_RGBI);
       if (s == NVJPEG_STATUS_SUCCESS) {
         s = nvjpegDecodeBatchedEx(hardware, hardware_state, data.data(), lengths.data(), destinations.data(),
