@@ -22,15 +22,20 @@ struct JpegDecodeStats {  // since construction
   int64_t hybrid = 0;        // by nvJPEG's hybrid decoder, one at a time
   int64_t cpu_fallback = 0;  // meant for the GPU but refused by nvJPEG: decoded on the CPU (decode_box_into)
   int64_t peak_buffer_bytes = 0;  // largest decode buffer of a chunk (RGB of each image's crop, or of the whole image)
+  int pool_images = 0, pool_width = 0, pool_height = 0;  // what nvJPEG's hardware decoder pool is sized for
   bool hardware_backend = false;  // the hardware engines exist on this GPU
 };
 
-// "N images on the hardware engines, N hybrid, N refused and decoded on the CPU; decode buffer peak X MB"
+// "N images on the hardware engines, N hybrid, N refused and decoded on the CPU; decode buffer peak X MB[; hardware
+// pool for N images of WxH]"
 inline std::string describe(const JpegDecodeStats& s) {
   const int64_t tenths_mb = (s.peak_buffer_bytes * 10 + (1 << 19)) >> 20;
   return std::to_string(s.hardware) + " images on the hardware engines, " + std::to_string(s.hybrid) + " hybrid, " +
          std::to_string(s.cpu_fallback) + " refused and decoded on the CPU; decode buffer peak " +
-         std::to_string(tenths_mb / 10) + "." + std::to_string(tenths_mb % 10) + " MB";
+         std::to_string(tenths_mb / 10) + "." + std::to_string(tenths_mb % 10) + " MB" +
+         (s.pool_images > 0 ? "; hardware pool for " + std::to_string(s.pool_images) + " images of " +
+                                  std::to_string(s.pool_width) + "x" + std::to_string(s.pool_height)
+                            : "");
 }
 
 class JpegDecoder {

@@ -102,6 +102,8 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
       EXPECT_GT(s.hybrid, 0);  // the progressive files
       if (s.hardware_backend) {
         EXPECT_GT(s.hardware, 0);
+        EXPECT_GT(s.pool_images, 0);  // sized, then grown by later chunks (more images, larger ones), within budget
+        EXPECT_LE(4.0 * s.pool_images * s.pool_width * s.pool_height, 8 << 20);
       }
       EXPECT_GT(s.peak_buffer_bytes, 0);
       EXPECT_LE(s.peak_buffer_bytes, (8 << 20) + 1600 * 1200 * 3 + 256 * n);  // the budget, or one image over it
