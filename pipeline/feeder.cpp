@@ -250,10 +250,10 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
     device_slot.narrow(0, from, host.numel() - from).copy_(host.narrow(0, from, host.numel() - from), options_.non_blocking);
     // The decoder writes the model's input itself (one kernel: crop, resize, flip, normalise).
     const int64_t s = loader_->dataset().transform().size;
-    out.images = at::empty({batch->size, 3, s, s}, at::TensorOptions().dtype(at::kFloat).device(feeder_options_.device)
-                                                        .memory_format(feeder_options_.channels_last
-                                                                           ? c10::MemoryFormat::ChannelsLast
-                                                                           : c10::MemoryFormat::Contiguous));
+    const auto layout_of_model = feeder_options_.channels_last ? c10::MemoryFormat::ChannelsLast
+                                                               : c10::MemoryFormat::Contiguous;
+    out.images = at::empty({batch->size, 3, s, s},
+                           at::TensorOptions().dtype(at::kFloat).device(feeder_options_.device).memory_format(layout_of_model));
     try {
       decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), out.images, *stream);
     } catch (...) {

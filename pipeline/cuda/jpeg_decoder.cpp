@@ -89,12 +89,12 @@ struct JpegDecoder::Impl {
   cudaEvent_t state_done = nullptr;
   bool state_used = false;
   // nvJPEG's hardware decoder keeps its internal buffers in a pool that nvjpegDecodeBatchedPreAllocate sizes.
-  // Without one (or with nvImageCodec's 1x1 hint) it freed and allocated device memory between batches, and a
-  // device free waits for the whole GPU: on the H200 the copier stopped inside nvJPEG until the step's CUDA graph
-  // replay ended (up to 96 ms), with the training thread blocked on the driver as long. Sized to the batches seen
-  // (images per call, largest width and height), grown when one needs more, within the decode budget. ResNet-50
-  // bs256, 2 threads, CUDA graph: 93.8% of gpu_resident without, 98.9% with (224 px; 160 px 95.7% -> 98.1%;
-  // docs/results/h200/issue11/queues/, calls 25-27).
+  // Without one (or with nvImageCodec's 1x1 hint), on the H200 the copier stopped inside nvJPEG until the step's
+  // CUDA graph replay ended (up to 96 ms), the training thread's next CUDA call waiting too: what a synchronous
+  // device free does, so most likely nvJPEG reallocating between batches (inferred from a trace). Sized to the
+  // batches seen (images per call, largest width and height), grown when one needs more, within the decode
+  // budget. ResNet-50 bs256, 2 threads, CUDA graph: 93.8% of gpu_resident without, 98.9% with (224 px; 160 px
+  // 95.7% -> 98.1%; docs/results/h200/issue11/queues/, calls 25-28).
   int pool_images = 0, pool_width = 0, pool_height = 0;
   int seen_width = 0, seen_height = 0;  // the largest hardware-decoded image so far
   static constexpr int kLoggedFailures = 5;
