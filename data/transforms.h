@@ -36,7 +36,8 @@ struct TransformOptions {
   int64_t max_image_pixels = 100'000'000;
   PixelFormat format = PixelFormat::kFloat32Chw;
   // data.decoder = "nvjpeg": JPEGs the GPU takes are left encoded for it (Dataset::load fills an EncodedImage),
-  // the rest are decoded here as usual. Needs format kUint8Hwc: the device writes uint8 pixels beside them.
+  // the rest are decoded here as usual. Needs format kUint8Hwc: those cross as uint8, and the device's one kernel
+  // normalises them with the GPU-decoded ones into the model's input.
   bool gpu_decode = false;
   // With gpu_decode: the fraction of samples whose JPEGs the GPU may take, chosen by sample index (the same
   // samples every epoch and on every rank); the workers decode the others. Fewer images per batch for nvJPEG means
