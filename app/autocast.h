@@ -1,19 +1,21 @@
-// bf16 autocast on CUDA for the forward pass, as torch.autocast("cuda", dtype=torch.bfloat16).
+// Autocast on CUDA for the forward pass, as torch.autocast("cuda", dtype=torch.bfloat16 or torch.float16).
 #pragma once
 
 #include <ATen/autocast_mode.h>
+
+#include <optional>
 
 namespace pinfeed::app {
 
 class AutocastScope {
  public:
-  // cache: reuse each weight's bf16 copy within the scope; off under CUDA graph capture (as torch.cuda.graph
-  // requires), where a cached copy would outlive the capture.
-  explicit AutocastScope(bool on, bool cache = true) : on_(on) {
+  // dtype: bf16 or fp16; nullopt: no autocast. cache: reuse each weight's low-precision copy within the scope;
+  // off under CUDA graph capture (as torch.cuda.graph requires), where a cached copy would outlive the capture.
+  explicit AutocastScope(std::optional<at::ScalarType> dtype, bool cache = true) : on_(dtype.has_value()) {
     if (!on_) return;
     at::autocast::set_autocast_cache_enabled(cache);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_dtype(at::kCUDA, *dtype);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {

@@ -15,7 +15,7 @@ namespace pinfeed::app {
 namespace {
 
 // 1: dicts carried TorchScript type tags; 2: plain dicts, plus batch_size, train_images, steps_per_epoch (and,
-// optional, epoch_loss_sums and rank_buffers, which a reader that does not know them ignores).
+// optional, epoch_loss_sums, rank_buffers and loss_scaler, which a reader that does not know them ignores).
 constexpr int64_t kFormatVersion = 2;
 constexpr int64_t kOldestFormat = 1;
 
@@ -73,6 +73,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   if (c.torch_rng.defined()) d.insert("torch_rng", c.torch_rng);
   if (c.epoch_loss_sums.defined()) d.insert("epoch_loss_sums", c.epoch_loss_sums.detach().cpu());
   if (c.rank_buffers.defined()) d.insert("rank_buffers", c.rank_buffers.detach().cpu());
+  if (!c.loss_scaler.empty()) d.insert("loss_scaler", tensor_dict(c.loss_scaler));
   d.insert("config", c.config);
   const std::vector<char> bytes = pickle_untagged(d);
   write_file_atomic(path, bytes.data(), bytes.size());
@@ -110,6 +111,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (d.contains("torch_rng")) c.torch_rng = d.at("torch_rng").toTensor();
   if (d.contains("epoch_loss_sums")) c.epoch_loss_sums = d.at("epoch_loss_sums").toTensor();
   if (d.contains("rank_buffers")) c.rank_buffers = d.at("rank_buffers").toTensor();
+  if (d.contains("loss_scaler")) c.loss_scaler = tensor_map(d.at("loss_scaler"));
   c.config = d.at("config").toStringRef();
   return c;
 }

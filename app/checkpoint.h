@@ -13,6 +13,7 @@ namespace pinfeed::app {
 struct Checkpoint {
   std::map<std::string, at::Tensor> model;      // parameters and buffers, torchvision names
   std::map<std::string, at::Tensor> optimizer;  // momentum buffers by parameter name
+  std::map<std::string, at::Tensor> loss_scaler;  // fp16: LossScaler::state(); empty otherwise (optional key)
   int64_t epoch = 0;          // the epoch to continue in
   int64_t step_in_epoch = 0;  // batches of that epoch already trained
   int64_t global_step = 0;

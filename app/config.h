@@ -44,6 +44,7 @@ struct ModelConfig {
   std::string arch = "resnet50";
   int64_t num_classes = 0;  // 0: the number of class folders
   bool zero_init_residual = true;
+  std::string fused_bn = "auto";  // auto | on | off: model/batch_norm.h in training (auto: CUDA, channels_last, bf16/fp16)
 };
 
 struct TrainConfig {
@@ -58,7 +59,9 @@ struct TrainConfig {
   double warmup_epochs = 0;
   double min_lr = 0;
   double label_smoothing = 0;
-  std::string precision = "tf32";  // fp32 | tf32 | bf16 (autocast); tf32/bf16 matter on CUDA only
+  std::string precision = "tf32";  // fp32 | tf32 | bf16 | fp16 (autocast; fp16 with loss scaling); CUDA only beyond fp32
+  double loss_scale_init = 65536;        // fp16: the dynamic loss scale's first value
+  int64_t loss_scale_growth_interval = 2000;  // fp16: good steps in a row before the scale doubles
   bool channels_last = false;
   bool cudnn_benchmark = true;
   bool cuda_graph = false;  // capture the training step once, replay it every step

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "model/batch_norm.h"
 #include "pipeline/gpu.h"
 #include "pipeline/host_ring.h"
 #include "pipeline/jpeg_decoder.h"
@@ -65,8 +66,8 @@ Problem device_problem(const Plan& p) {
   if (!p.device.is_cuda() && p.cuda_graph) {
     return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
   }
-  if (!p.device.is_cuda() && p.precision == Precision::kBf16) {
-    return {"train.precision", "train.precision = \"bf16\" needs a CUDA device (device is cpu)"};
+  if (!p.device.is_cuda() && (p.precision == Precision::kBf16 || p.precision == Precision::kFp16)) {
+    return {"train.precision", "train.precision = \"" + c.train.precision + "\" needs a CUDA device (device is cpu)"};
   }
   return {};
 }
@@ -151,6 +152,29 @@ void check_resources(const Plan& p) {
   }
 }
 
+// model.fused_bn: cuDNN's fused BatchNorm reads NHWC bf16/fp16 tensors, so it needs CUDA, channels_last and
+// autocast; "auto" takes it wherever it can run, "on" insists (a ConfigError saying what is missing).
+bool resolve_fused_bn(const Plan& p) {
+  const Config& c = p.config;
+  if (c.model.fused_bn == "off") return false;
+  std::string missing;
+  if (!p.device.is_cuda()) {
+    missing = "a CUDA device (device is " + p.device.str() + ")";
+  } else if (!p.channels_last) {
+    missing = "train.channels_last = true";
+  } else if (!p.autocast) {
+    missing = "train.precision = \"bf16\" or \"fp16\" (is \"" + c.train.precision + "\")";
+  } else if (const std::string why = model::fused_batch_norm_unavailable_reason(); !why.empty()) {
+    missing = "cuDNN: " + why;
+  }
+  if (missing.empty()) return true;
+  if (c.model.fused_bn == "on") {
+    throw ConfigError(location_of(c, "model.fused_bn") + ": model.fused_bn = \"on\" needs " + missing +
+                      "; set \"auto\" to fall back to ATen's BatchNorm");
+  }
+  return false;
+}
+
 }  // namespace
 
 Plan resolve_plan(const Config& c, const DistEnv& dist) {
@@ -165,8 +189,10 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   // there), so before resolve_device asks for devices; a value already set is kept.
   if (c.data.decoder != "cpu" && c.train.device != "cpu") ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   p.device = resolve_device(c, dist);
-  p.precision = c.train.precision == "bf16" ? Precision::kBf16 : c.train.precision == "tf32" ? Precision::kTf32
-                                                                                              : Precision::kFp32;
+  p.precision = c.train.precision == "bf16"   ? Precision::kBf16
+                : c.train.precision == "fp16" ? Precision::kFp16
+                : c.train.precision == "tf32" ? Precision::kTf32
+                                              : Precision::kFp32;
   p.channels_last = c.train.channels_last;
   p.cuda_graph = c.train.cuda_graph;
   p.cudnn_benchmark = c.train.cudnn_benchmark;
@@ -174,7 +200,14 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   if (const Problem problem = device_problem(p); !problem.message.empty()) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
-  p.autocast_bf16 = p.device.is_cuda() && p.precision == Precision::kBf16;
+  if (p.precision == Precision::kBf16) p.autocast = at::kBFloat16;
+  if (p.precision == Precision::kFp16) {
+    p.autocast = at::kHalf;
+    p.loss_scaling = LossScalerOptions{};
+    p.loss_scaling->init_scale = c.train.loss_scale_init;
+    p.loss_scaling->growth_interval = c.train.loss_scale_growth_interval;
+  }
+  p.fused_bn = resolve_fused_bn(p);
   if (p.device.is_cuda()) {
     gpu::set_device(p.device.index());
     p.compute_stream = gpu::current_stream(p.device);
@@ -266,7 +299,7 @@ void configure_backend(const Plan& p) {
   if (!p.device.is_cuda()) return;
   auto& ctx = at::globalContext();
   ctx.setBenchmarkCuDNN(p.cudnn_benchmark);
-  const bool tf32 = p.precision != Precision::kFp32;  // bf16 autocast leaves some fp32 matmuls; TF32 them too
+  const bool tf32 = p.precision != Precision::kFp32;  // autocast leaves some fp32 matmuls; TF32 them too
   ctx.setAllowTF32CuBLAS(tf32);
   ctx.setAllowTF32CuDNN(tf32);
 }

@@ -11,6 +11,7 @@
 
 #include "app/config.h"
 #include "app/distributed.h"
+#include "app/loss_scaler.h"
 #include "app/sgd.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -19,7 +20,7 @@
 
 namespace pinfeed::app {
 
-enum class Precision { kFp32, kTf32, kBf16 };
+enum class Precision { kFp32, kTf32, kBf16, kFp16 };
 
 struct Plan {
   Config config;  // what the plan was resolved from
@@ -27,7 +28,9 @@ struct Plan {
   c10::Device device{c10::kCPU};
   std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on; nullopt on the CPU
   Precision precision = Precision::kFp32;
-  bool autocast_bf16 = false;  // bf16 autocast of the forward pass (CUDA only)
+  std::optional<c10::ScalarType> autocast;  // bf16 or fp16 autocast of the forward pass (CUDA only); nullopt: none
+  std::optional<LossScalerOptions> loss_scaling;  // fp16: dynamic loss scaling; nullopt: none
+  bool fused_bn = false;  // model.fused_bn resolved: cuDNN's fused BatchNorm in training
   bool channels_last = false;
   bool cuda_graph = false;
   bool cudnn_benchmark = true;

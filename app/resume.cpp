@@ -17,6 +17,7 @@ Checkpoint make_checkpoint(StepRunner& runner, const Config& c, int64_t epoch, i
   for (const auto& item : runner.model()->named_parameters()) ck.model[item.key()] = item.value();
   for (const auto& item : runner.model()->named_buffers()) ck.model[item.key()] = item.value();
   ck.optimizer = runner.optimizer().state();
+  if (const LossScaler* scaler = runner.loss_scaler()) ck.loss_scaler = scaler->state();
   ck.epoch = epoch;
   ck.step_in_epoch = step_in_epoch;
   ck.global_step = global_step;
@@ -41,6 +42,9 @@ void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
   for (auto& item : runner.model()->named_parameters()) restore(item.key(), item.value());
   for (auto& item : runner.model()->named_buffers()) restore(item.key(), item.value());
   runner.optimizer().load_state(ck.optimizer);
+  // fp16: the scale and its growth count go on where they were. A checkpoint of a bf16 or fp32 run has none;
+  // the scale then starts from train.loss_scale_init, as in a new run.
+  if (LossScaler* scaler = runner.loss_scaler(); scaler && !ck.loss_scaler.empty()) scaler->load_state(ck.loss_scaler);
   if (ck.torch_rng.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(ck.torch_rng);

@@ -47,7 +47,7 @@ class RunOutputs {
       "compute_ms_mean",
       "gpu_idle", "mode", "pinned_mb", "host_rss_mb", "workers", "bad_images", "world_size",
       "global_samples_per_s", "samples_per_s_min", "samples_per_s_max", "wait_ms_mean_min", "wait_ms_mean_max",
-      "gpu_idle_min", "gpu_idle_max"};
+      "gpu_idle_min", "gpu_idle_max", "loss_scale", "skipped_steps"};
 
  private:
   void keep_rows_reached(const ResumePoint& at);

@@ -6,6 +6,7 @@
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace pinfeed::app {
@@ -31,10 +32,10 @@ void Sgd::zero_grad() {
   }
 }
 
-void Sgd::step(double lr) { step_impl(lr, at::Tensor()); }
-void Sgd::step(const at::Tensor& lr) { step_impl(0.0, lr); }
+void Sgd::step(double lr, const at::Tensor& found_inf) { step_impl(lr, at::Tensor(), found_inf); }
+void Sgd::step(const at::Tensor& lr, const at::Tensor& found_inf) { step_impl(0.0, lr, found_inf); }
 
-void Sgd::step_impl(double lr, const at::Tensor& lr_tensor) {
+void Sgd::step_impl(double lr, const at::Tensor& lr_tensor, const at::Tensor& found_inf) {
   const bool first = !started_;
   at::NoGradGuard no_grad;
   for (auto& g : groups_) {
@@ -50,13 +51,16 @@ void Sgd::step_impl(double lr, const at::Tensor& lr_tensor) {
       buffers.push_back(g.buffers[i]);
     }
     if (params.empty()) continue;
-    // is_first_step: the buffer becomes the gradient itself (torch.optim.SGD's first step).
+    // is_first_step: the buffer becomes the gradient itself (torch.optim.SGD's first step). A first step that
+    // found_inf skips leaves the buffers at zero, and the next step's buffer = 0.9 x 0 + gradient is the same.
+    // No grad_scale: the loss scaler has unscaled the gradients already.
+    const std::optional<at::Tensor> skip = found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt;
     if (lr_tensor.defined()) {
       at::_fused_sgd_(params, grads, buffers, g.weight_decay, options_.momentum, lr_tensor, /*dampening=*/0.0,
-                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/first);
+                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/first, /*grad_scale=*/{}, skip);
     } else {
       at::_fused_sgd_(params, grads, buffers, g.weight_decay, options_.momentum, lr, /*dampening=*/0.0,
-                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/first);
+                      options_.nesterov, /*maximize=*/false, /*is_first_step=*/first, /*grad_scale=*/{}, skip);
     }
   }
   started_ = true;

@@ -24,9 +24,11 @@ class Sgd {
       SgdOptions options);
 
   void zero_grad();  // sets gradients to None (frees them), as torch's default
-  void step(double lr);
+  // found_inf (optional, a one-element device tensor, LossScaler::found_inf()): nonzero skips the whole step,
+  // momentum included, without the host reading it.
+  void step(double lr, const at::Tensor& found_inf = {});
   // The learning rate read from a one-element device tensor: what a captured CUDA graph replays with.
-  void step(const at::Tensor& lr);
+  void step(const at::Tensor& lr, const at::Tensor& found_inf = {});
   void zero_momentum();  // buffers to 0: the next step then sets them to the gradient, as a first step does
 
   // Momentum buffers by parameter name, for checkpoints; empty before the first step.
@@ -40,7 +42,7 @@ class Sgd {
     std::vector<std::string> names;
     std::vector<at::Tensor> params, buffers;
   };
-  void step_impl(double lr, const at::Tensor& lr_tensor);
+  void step_impl(double lr, const at::Tensor& lr_tensor, const at::Tensor& found_inf);
 
   std::vector<Group> groups_;
   SgdOptions options_;

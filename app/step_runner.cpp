@@ -37,10 +37,10 @@ std::vector<std::string> no_decay_names(const model::ResNet& m) {
 }  // namespace
 
 StepRunner::StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist)
-    : dist_(dist && dist->active() ? dist : nullptr), device_(plan.device), stream_(plan.compute_stream), bf16_(plan.autocast_bf16),
+    : dist_(dist && dist->active() ? dist : nullptr), device_(plan.device), stream_(plan.compute_stream), autocast_(plan.autocast),
       label_smoothing_(plan.config.train.label_smoothing), graphed_(plan.device.is_cuda() && plan.cuda_graph) {
   at::manual_seed(static_cast<uint64_t>(plan.config.train.seed));
-  model_ = model::resnet50({num_classes, plan.config.model.zero_init_residual});
+  model_ = model::resnet50({num_classes, plan.config.model.zero_init_residual, plan.fused_bn});
   model_->to(device_);
   if (plan.channels_last) {
     at::NoGradGuard no_grad;
@@ -50,6 +50,7 @@ StepRunner::StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist)
   }
   const auto no_decay = plan.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
   optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, plan.sgd);
+  if (plan.loss_scaling) scaler_ = std::make_unique<LossScaler>(device_, *plan.loss_scaling);
   if (dist_) {
     broadcast_state();
     grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), plan.bucket_bytes, plan.overlap);
@@ -66,6 +67,9 @@ void StepRunner::broadcast_state() {
   if (with_momentum && optimizer_->state().empty()) {
     optimizer_->load_state(optimizer_->zero_state());
     for (const auto& [name, momentum] : optimizer_->state()) state.push_back(momentum);
+  }
+  if (scaler_) {  // after the momentum: every rank's list must line up
+    for (const auto& [name, t] : scaler_->state()) state.push_back(t);
   }
   dist_->broadcast(state);
 }
@@ -116,20 +120,37 @@ at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tens
   optimizer_->zero_grad();
   at::Tensor loss;
   {
-    AutocastScope autocast(bf16_, /*cache=*/!graphed_);
+    AutocastScope autocast(autocast_, /*cache=*/!graphed_);
     const at::Tensor logits = model_->forward(images);
     loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, label_smoothing_);
   }
-  loss.backward();
+  (scaler_ ? scaler_->scale(loss) : loss).backward();
   if (grad_sync_) grad_sync_->finish_step();  // gradients averaged across ranks before the optimizer reads them
+  if (scaler_) {  // after the average: every rank checks the same gradients
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model_->parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    scaler_->unscale(grads);
+  }
   return loss.detach();
+}
+
+void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
+  const at::Tensor found_inf = scaler_ ? scaler_->found_inf() : at::Tensor();
+  if (lr_tensor.defined()) {
+    optimizer_->step(lr_tensor, found_inf);
+  } else {
+    optimizer_->step(lr, found_inf);
+  }
+  if (scaler_) scaler_->update();
 }
 
 at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
   const bool fits = !graph_ || (images.sizes() == static_images_.sizes() && images.strides() == static_images_.strides());
   if (!graphed_ || !fits) {  // eager (and any batch of another shape than the captured one)
     at::Tensor loss = forward_backward(images, labels);
-    optimizer_->step(lr);
+    optimizer_step({}, lr);
     return loss;
   }
   return graphed_step(images, labels, lr);
@@ -143,16 +164,19 @@ at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& 
     static_images_.copy_(images);
     static_labels_.copy_(labels);
     graph_ = std::make_unique<gpu::Graph>();
-    // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but momentum and BN's
-    // running statistics would move. What they held before (a resumed run's restored momentum and statistics, or
-    // no momentum yet) is put back afterwards, in place: the graph holds these very tensors.
+    // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but momentum, BN's
+    // running statistics and the loss scale would move. What they held before (a resumed run's restored state,
+    // or no momentum yet) is put back afterwards, in place: the graph holds these very tensors.
     std::vector<at::Tensor> buffers = model_->buffers(), saved_buffers;
+    if (scaler_) {
+      for (const auto& [name, t] : scaler_->state()) buffers.push_back(t);
+    }
     for (const auto& b : buffers) saved_buffers.push_back(b.clone());
     std::map<std::string, at::Tensor> saved_momentum;
     for (const auto& [name, momentum] : optimizer_->state()) saved_momentum[name] = momentum.clone();
     graph_->capture(*stream_, 3, [this] {
       static_loss_ = forward_backward(static_images_, static_labels_);
-      optimizer_->step(lr_);
+      optimizer_step(lr_, 0.0);
     });
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
@@ -172,7 +196,7 @@ at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& 
 
 void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums) {
   at::NoGradGuard no_grad;
-  AutocastScope autocast(bf16_);
+  AutocastScope autocast(autocast_);
   const at::Tensor logits = model_->forward(images).to(at::kFloat);
   const at::Tensor loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum);
   const int64_t k = std::min<int64_t>(5, logits.size(1));

@@ -11,6 +11,7 @@
 
 #include "app/distributed.h"
 #include "app/grad_sync.h"
+#include "app/loss_scaler.h"
 #include "app/plan.h"
 #include "app/sgd.h"
 #include "model/resnet.h"
@@ -40,20 +41,25 @@ class StepRunner {
   bool graphed() const { return graphed_; }
   model::ResNet& model() { return model_; }
   Sgd& optimizer() { return *optimizer_; }
+  LossScaler* loss_scaler() const { return scaler_.get(); }  // fp16 only; null otherwise
   c10::Device device() const { return device_; }
 
  private:
   at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels);
+  // The optimizer (skipping the step when the loss scaler found an overflow), then the loss scale's update;
+  // the learning rate from lr_tensor when defined (the graph), else lr.
+  void optimizer_step(const at::Tensor& lr_tensor, double lr);
   at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr);
   std::vector<at::Tensor> running_statistics();  // BN running_mean and running_var, in named_buffers() order
 
   model::ResNet model_{nullptr};
   std::unique_ptr<Sgd> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16
   Distributed* dist_ = nullptr;
   std::unique_ptr<GradSync> grad_sync_;  // several ranks only
   c10::Device device_;
   std::optional<c10::Stream> stream_;  // the compute stream (CUDA)
-  bool bf16_;
+  std::optional<at::ScalarType> autocast_;
   double label_smoothing_;
   // train.cuda_graph: the whole step (forward, backward, optimizer) captured once and replayed, reading the
   // batch from static device buffers and the learning rate from a device scalar.

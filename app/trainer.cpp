@@ -41,6 +41,9 @@ struct EpochProgress {
   double lr = 0;
   bool stopped = false;
   pipeline::EpochTiming timing;
+  // fp16: the loss scale at the epoch's end, and the steps of the epoch skipped for overflowed gradients.
+  double loss_scale = NAN;
+  int64_t skipped_steps = 0;
 };
 
 // Every rank's figures of the epoch, for rank 0's row: world size, global samples/s and the spread between
@@ -230,7 +233,8 @@ class Training {
               train_feed_.mode() + " (transfer " + pipeline::to_string(plan_.pipeline.transfer_dtype) + "), " +
               std::to_string(train_feed_.workers()) + " workers" +
               (plan_.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch_) +
-              " steps/epoch, precision " + config_.train.precision + (runner_.graphed() ? ", CUDA graph" : "") +
+              " steps/epoch, precision " + config_.train.precision + (plan_.loss_scaling ? " (loss scaling)" : "") +
+              (plan_.fused_bn ? ", fused BatchNorm (cuDNN)" : "") + (runner_.graphed() ? ", CUDA graph" : "") +
               (dist_.active() ? ", " + std::to_string(dist_.world()) + " ranks (global batch " +
                                     std::to_string(config_.train.batch_size * dist_.world()) + ")"
                               : "") +
@@ -320,6 +324,8 @@ class Training {
     EpochProgress p;
     // The lr of the epoch's latest step: the one before a resume, when no step follows it in this epoch.
     p.lr = learning_rate(plan_.schedule, first > 0 ? global_step_ - 1 : global_step_, steps_per_epoch_);
+    LossScaler* scaler = runner_.loss_scaler();
+    const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
     const StepLoopResult r = run_steps(
@@ -344,6 +350,10 @@ class Training {
     p.step = r.next_step;
     p.stopped = r.stopped;
     p.timing = r.timing;
+    if (scaler) {
+      p.loss_scale = scaler->current_scale();
+      p.skipped_steps = scaler->skipped_steps() - skipped_before;
+    }
     const auto records = meter_.take_resolved(true);
     if (out) out->steps(epoch, records);
     progress_.end();
@@ -376,7 +386,8 @@ class Training {
                {"samples_per_s_min", num_or_null(ranks.samples_per_s_min)},
                {"samples_per_s_max", num_or_null(ranks.samples_per_s_max)},
                {"wait_ms_mean_min", num_or_null(ranks.wait_min)}, {"wait_ms_mean_max", num_or_null(ranks.wait_max)},
-               {"gpu_idle_min", num_or_null(ranks.idle_min)}, {"gpu_idle_max", num_or_null(ranks.idle_max)}});
+               {"gpu_idle_min", num_or_null(ranks.idle_min)}, {"gpu_idle_max", num_or_null(ranks.idle_max)},
+               {"loss_scale", num_or_null(p.loss_scale)}, {"skipped_steps", p.skipped_steps}});
     std::ostringstream line;
     line.precision(4);
     line << "epoch " << er.epoch << "/" << config_.train.epochs << ": train_loss " << er.train_loss << " val_loss "
@@ -388,6 +399,9 @@ class Training {
          << " | mode " << train_feed_.mode() << ", pinned " << train_feed_.pinned_bytes() / (1 << 20) << " MB, RSS "
          << static_cast<int64_t>(host_rss_mb()) << " MB"
          << (p.bad_images ? ", bad image files " + std::to_string(p.bad_images) + " (bad_images.tsv)" : "");
+    if (!std::isnan(p.loss_scale)) {
+      line << " | loss scale " << p.loss_scale << ", " << p.skipped_steps << " step(s) skipped for overflow";
+    }
     if (const auto d = train_feed_.decode_stats()) line << " | nvJPEG since the start: " << gpu::describe(*d);
     if (ranks.world > 1) {
       line << " | " << ranks.world << " ranks: " << static_cast<int64_t>(ranks.global_samples_per_s)

@@ -1,5 +1,7 @@
 #include "model/resnet.h"
 
+#include "model/batch_norm.h"
+
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
@@ -14,9 +16,20 @@ torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) 
       torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
 }
 
+// relu(bn(x) + residual), relu(bn(x)) or bn(x) (residual undefined, relu false): in training mode with fused on,
+// one cuDNN op forward and one backward; else ATen's BN, add and ReLU, each a pass over memory.
+torch::Tensor bn_add_relu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
+                          bool relu, bool fused) {
+  if (fused && bn.is_training()) return fused_batch_norm(x, residual, bn, relu);
+  torch::Tensor y = bn.forward(x);
+  if (residual.defined()) y += residual;
+  return relu ? F::relu(y, F::ReLUFuncOptions().inplace(true)) : y;
+}
+
 }  // namespace
 
-BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride) {
+BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn)
+    : fused_bn_(fused_bn) {
   const int64_t out_planes = planes * kExpansion;
   conv1 = register_module("conv1", conv(in_planes, planes, 1, 1));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
@@ -32,14 +45,17 @@ BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
-  auto out = F::relu(bn1(conv1(x)), F::ReLUFuncOptions().inplace(true));
-  out = F::relu(bn2(conv2(out)), F::ReLUFuncOptions().inplace(true));
-  out = bn3(conv3(out));
-  out += downsample ? downsample->forward(x) : x;
-  return F::relu(out, F::ReLUFuncOptions().inplace(true));
+  torch::Tensor out = bn_add_relu(*bn1, conv1(x), {}, true, fused_bn_);
+  out = bn_add_relu(*bn2, conv2(out), {}, true, fused_bn_);
+  torch::Tensor identity = x;
+  if (downsample) {  // downsample.0 (conv) and downsample.1 (BN), called one by one so that the BN can be fused
+    identity = downsample[0]->as<torch::nn::Conv2d>()->forward(x);
+    identity = bn_add_relu(*downsample[1]->as<torch::nn::BatchNorm2d>(), identity, {}, false, fused_bn_);
+  }
+  return bn_add_relu(*bn3, conv3(out), identity, true, fused_bn_);
 }
 
-ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options) {
+ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options) : fused_bn_(options.fused_bn) {
   conv1 = register_module("conv1", conv(3, 64, 7, 2));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
   layer1 = register_module("layer1", make_layer(64, layers[0], 1));
@@ -53,7 +69,7 @@ ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
 torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
   torch::nn::Sequential layer;
   for (int64_t i = 0; i < blocks; ++i) {
-    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1));
+    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1, fused_bn_));
     in_planes_ = planes * BottleneckImpl::kExpansion;
   }
   return layer;
@@ -78,7 +94,7 @@ void ResNetImpl::init_weights(bool zero_init_residual) {
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = F::relu(bn1(conv1(x)), F::ReLUFuncOptions().inplace(true));
+  x = bn_add_relu(*bn1, conv1(x), {}, true, fused_bn_);
   x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);

@@ -18,18 +18,24 @@ struct ResNetOptions {
   // Zero-initialise the last BN of each residual branch so every block starts as the identity:
   // +0.2-0.3% top-1 on ImageNet (Goyal et al. 2017, "Accurate, Large Minibatch SGD").
   bool zero_init_residual = false;
+  // In training mode, each BN with the ReLU and residual add after it runs as one cuDNN op (model/batch_norm.h):
+  // CUDA, channels_last, bf16 or fp16 autocast. Evaluation and the parameter names are the same either way.
+  bool fused_bn = false;
 };
 
 class BottleneckImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
 
-  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride);
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn = false);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::Sequential downsample{nullptr};  // conv 1x1 + BN when shape changes, else empty
+
+ private:
+  bool fused_bn_;
 };
 TORCH_MODULE(Bottleneck);
 
@@ -47,6 +53,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::nn::Sequential make_layer(int64_t planes, int64_t blocks, int64_t stride);
   void init_weights(bool zero_init_residual);
   int64_t in_planes_ = 64;
+  bool fused_bn_;
 };
 TORCH_MODULE(ResNet);
 

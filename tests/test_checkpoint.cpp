@@ -3,6 +3,7 @@
 #include <ATen/core/Dict.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
@@ -29,6 +30,8 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   c.torch_rng = at::randn({8});
   c.epoch_loss_sums = at::randn({2}, at::kDouble);
   c.rank_buffers = at::randn({2, 6});
+  c.loss_scaler = {{"scale", at::tensor(32768.0f)}, {"growth_tracker", at::tensor(17, at::kInt)},
+                   {"skipped_steps", at::tensor(3.0, at::kDouble)}};
   c.config = "[train]\nlr = 0.1\n";
   save_checkpoint(dir + "/last.pt", c);
   EXPECT_FALSE(std::filesystem::exists(dir + "/last.pt.tmp"));
@@ -39,6 +42,8 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   EXPECT_TRUE(at::equal(c.torch_rng, r.torch_rng));
   EXPECT_TRUE(at::equal(c.epoch_loss_sums, r.epoch_loss_sums));
   EXPECT_TRUE(at::equal(c.rank_buffers, r.rank_buffers));
+  ASSERT_EQ(r.loss_scaler.size(), 3u);
+  for (const auto& [k, v] : c.loss_scaler) EXPECT_TRUE(at::equal(v, r.loss_scaler.at(k))) << k;
   EXPECT_EQ(r.epoch, 3);
   EXPECT_EQ(r.step_in_epoch, 17);
   EXPECT_EQ(r.global_step, 1234);

@@ -5,6 +5,7 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -21,9 +22,10 @@
 namespace pinfeed::app {
 namespace {
 
-Config config(bool graph, const std::string& precision) {
+// channels_last: model.fused_bn "auto" fuses BN in bf16 and fp16. extra: more [train] lines, or a [model] section.
+Config config(bool graph, const std::string& precision, const std::string& extra = "") {
   return parse_config_string("[data]\nroot = \"/unused\"\n[train]\nlr = 0.05\nprecision = \"" + precision +
-                                 "\"\nchannels_last = true\ncuda_graph = " + (graph ? "true" : "false") + "\n",
+                                 "\"\nchannels_last = true\ncuda_graph = " + (graph ? "true" : "false") + "\n" + extra,
                              "gpu_train.toml");
 }
 
@@ -42,7 +44,7 @@ std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> random_batches(uint6
 TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const auto [images, labels] = random_batches(3);
-  for (const char* precision : {"fp32", "bf16"}) {
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
     StepRunner eager(resolve_plan(config(false, precision)), 10), graphed(resolve_plan(config(true, precision)), 10);
     for (int i = 0; i < 6; ++i) {
       const double a = eager.train_step(images[i], labels[i], 0.05).item<double>();
@@ -138,7 +140,7 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
   ASSERT_TRUE(kCublasWorkspaceFixed);
   const DeterministicKernels deterministic;
   const auto [images, labels] = random_batches(5);
-  for (const char* precision : {"fp32", "bf16"}) {
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
     const Plan plan = resolve_plan(config(true, precision));
     std::vector<at::Tensor> whole_losses, split_losses;
     StepRunner whole(plan, 10);
@@ -168,6 +170,78 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
     };
     expect_equal(a.model, b.model, "model");
     expect_equal(a.optimizer, b.optimizer, "momentum");
+    expect_equal(a.loss_scaler, b.loss_scaler, "loss scaler");
+    EXPECT_EQ(a.loss_scaler.empty(), std::string(precision) != "fp16");
+  }
+}
+
+// The fused BatchNorm against ATen's BN, add and ReLU over 200 training steps of the whole step (autocast, loss
+// scaling in fp16, SGD) from the same weights and batches: the same loss curve within low precision's drift,
+// and BN running statistics that stay close.
+TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device cuda(c10::kCUDA, 0);
+  for (const char* precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const Plan fused_plan = resolve_plan(config(false, precision, "[model]\nfused_bn = \"on\"\n"));
+    const Plan unfused_plan = resolve_plan(config(false, precision, "[model]\nfused_bn = \"off\"\n"));
+    ASSERT_TRUE(fused_plan.fused_bn);
+    ASSERT_FALSE(unfused_plan.fused_bn);
+    StepRunner fused(fused_plan, 10), unfused(unfused_plan, 10);  // same seed: same initial weights
+    std::vector<double> losses[2];
+    at::manual_seed(5);
+    for (int step = 0; step < 200; ++step) {
+      const at::Tensor images = at::randn({32, 3, 64, 64}, at::TensorOptions().device(cuda))
+                                    .contiguous(c10::MemoryFormat::ChannelsLast);
+      // Labels the model can learn: the class from the image's mean brightness.
+      const at::Tensor labels = (images.mean({1, 2, 3}) * 80 + 5).clamp(0, 9).to(at::kLong);
+      losses[0].push_back(unfused.train_step(images, labels, 0.05).item<double>());
+      losses[1].push_back(fused.train_step(images, labels, 0.05).item<double>());
+    }
+    auto mean = [](const std::vector<double>& v, int from) {
+      double s = 0;
+      for (int i = from; i < from + 20; ++i) s += v[i] / 20;
+      return s;
+    };
+    EXPECT_LT(mean(losses[0], 180), 0.9 * mean(losses[0], 0)) << "the unfused model did not learn: the comparison "
+                                                                   "would prove nothing";
+    for (int s = 0; s < 200; s += 20) {  // 20-step means, within 5%
+      EXPECT_NEAR(mean(losses[1], s), mean(losses[0], s), 0.05 * mean(losses[0], s)) << "steps " << s << "-" << s + 19;
+    }
+    const Checkpoint a = make_checkpoint(unfused, unfused_plan.config, 0, 0, 200, RunShape{1, 32, 6400, 200});
+    const Checkpoint b = make_checkpoint(fused, fused_plan.config, 0, 0, 200, RunShape{1, 32, 6400, 200});
+    for (const auto& [name, t] : a.model) {
+      if (name.find("running_") == std::string::npos) continue;
+      const at::Tensor u = b.model.at(name).to(at::kDouble), r = t.to(at::kDouble);
+      EXPECT_LT((u - r).norm().item<double>(), 0.1 * r.norm().item<double>() + 1e-3) << name;
+    }
+    EXPECT_TRUE(b.model.at("layer1.0.bn1.num_batches_tracked").equal(a.model.at("layer1.0.bn1.num_batches_tracked")));
+  }
+}
+
+// fp16 with a loss scale so large that the gradients overflow: the step is skipped (weights and momentum as
+// they were), the scale halves and the skip is counted, eager and graphed alike; later steps train.
+TEST(GpuTrain, Fp16OverflowSkipsTheStepAndHalvesTheLossScale) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const auto [images, labels] = random_batches(9);
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "graphed" : "eager");
+    StepRunner runner(resolve_plan(config(graph, "fp16", "loss_scale_init = 1e30\n")), 10);
+    ASSERT_NE(runner.loss_scaler(), nullptr);
+    const at::Tensor w0 = runner.model()->fc->weight.detach().clone();
+    runner.train_step(images[0], labels[0], 0.05);
+    EXPECT_TRUE(runner.model()->fc->weight.equal(w0)) << "an overflowed step changed the weights";
+    EXPECT_FLOAT_EQ(static_cast<float>(runner.loss_scaler()->current_scale()), 5e29f);  // float32 halved: exact
+    EXPECT_EQ(runner.loss_scaler()->skipped_steps(), 1);
+    // Each overflow halves the scale: about 100 halvings bring 1e30 down to where fp16 gradients fit.
+    int64_t steps = 1;
+    while (runner.model()->fc->weight.equal(w0) && steps < 200) {
+      runner.train_step(images[steps % 6], labels[steps % 6], 0.05);
+      ++steps;
+    }
+    EXPECT_FALSE(runner.model()->fc->weight.equal(w0)) << "no step was taken in 200";
+    EXPECT_EQ(runner.loss_scaler()->skipped_steps(), steps - 1);
+    EXPECT_LT(runner.loss_scaler()->current_scale(), 1e30 / std::pow(2.0, static_cast<double>(steps - 2)));
   }
 }
 

@@ -36,6 +36,25 @@ TEST(Plan, TheGpuDecoderNeedsCudaAndAutoFallsBackToTheCpu) {
   EXPECT_EQ(resolve_plan(cpu_config({"data.gpu_decode_share=0.25"})).transform.gpu_share, 0.25);
 }
 
+TEST(Plan, Fp16NeedsCudaAndCarriesTheLossScaleOptions) {
+  const auto e = plan_error(cpu_config({"train.precision=\"fp16\""}));
+  EXPECT_NE(e.find("train.precision = \"fp16\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
+  const Plan fp32 = resolve_plan(cpu_config({"train.precision=\"fp32\""}));
+  EXPECT_FALSE(fp32.autocast.has_value());
+  EXPECT_FALSE(fp32.loss_scaling.has_value());
+}
+
+TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {
+  // auto: off on the CPU, silently; on: refused, naming the key and what is missing.
+  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).fused_bn);
+  EXPECT_FALSE(resolve_plan(cpu_config({"model.fused_bn=\"off\""})).fused_bn);
+  const auto e = plan_error(cpu_config({"model.fused_bn=\"on\""}));
+  EXPECT_NE(e.find("model.fused_bn = \"on\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
+  EXPECT_NE(e.find("set \"auto\""), std::string::npos) << e;
+  const auto bad = test::message_of<ConfigError>([] { cpu_config({"model.fused_bn=\"yes\""}); });
+  EXPECT_NE(bad.find("model.fused_bn"), std::string::npos) << bad;
+}
+
 // nvJPEG's own streams get hardware queues of their own (plan.cpp says why); set before CUDA initialises, only
 // where the GPU decoder may run, and never over the user's value.
 TEST(Plan, TheGpuDecoderAsksForThirtyTwoHardwareQueuesUnlessTheUserChoseANumber) {

@@ -1,0 +1,28 @@
+// BatchNorm in training mode fused with what follows it in a ResNet: BN, BN + ReLU, and BN + residual add +
+// ReLU, forward and backward, one cuDNN kernel each way (channels_last CUDA tensors in bf16 or fp16). No CUDA
+// types here: built against a LibTorch without CUDA, fused_batch_norm_available() is false and the call throws.
+//
+// Why not ATen's batch_norm: ATen never picks cuDNN's BatchNorm for bf16 inputs, so a bf16 step runs ATen's own
+// BN kernels, and BN, the residual add and ReLU each make their own passes over memory, forward and backward.
+// cuDNN's NHWC "persistent" BatchNorm (cudnnBatchNormalizationForwardTrainingEx / BackwardEx) does the three in
+// one pass, in bf16 and fp16 alike.
+#pragma once
+
+#include <torch/nn/modules/batchnorm.h>
+
+#include <string>
+
+namespace pinfeed::model {
+
+// Empty when the fused op can run in this build (LibTorch with CUDA, cuDNN found at build time); else why not.
+std::string fused_batch_norm_unavailable_reason();
+
+// relu(bn(x) + residual) with residual defined, relu(bn(x)) with relu, else bn(x): the batch's statistics
+// normalise x, and bn's running_mean, running_var and num_batches_tracked are updated as BatchNorm2d's forward
+// updates them (momentum bn.options.momentum(), unbiased running variance). x: (N, C, H, W) bf16 or fp16 on CUDA
+// (made channels_last if it is not); residual: x's shape and dtype; bn's weight, bias and statistics float32.
+// Differentiable in x, residual, weight and bias. A residual needs relu (cuDNN fuses only add + activation).
+torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, torch::nn::BatchNorm2dImpl& bn,
+                               bool relu);
+
+}  // namespace pinfeed::model

@@ -1,0 +1,16 @@
+// fused_batch_norm where this build has no CUDA or no cuDNN headers: never available.
+#include <stdexcept>
+
+#include "model/batch_norm.h"
+
+namespace pinfeed::model {
+
+std::string fused_batch_norm_unavailable_reason() {
+  return "this pinfeed was built without CUDA and cuDNN (fused BatchNorm is cuDNN's)";
+}
+
+torch::Tensor fused_batch_norm(const torch::Tensor&, const torch::Tensor&, torch::nn::BatchNorm2dImpl&, bool) {
+  throw std::runtime_error("fused_batch_norm: " + fused_batch_norm_unavailable_reason());
+}
+
+}  // namespace pinfeed::model
