@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "app/bench_report.h"
@@ -152,7 +153,8 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
             {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"}, {"gpu_decode_share", plan.transform.gpu_share},
             {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
-            {"repeats", a.repeats}, {"trace_steps", a.trace_steps}};
+            {"repeats", a.repeats}, {"trace_steps", a.trace_steps}, {"cuda_graph", plan.cuda_graph},
+            {"fused_bn", plan.fused_bn}};
   if (plan.device.is_cuda()) {
     const auto info = gpu::device_info(plan.device.index());
     m["gpu"] = info.name;
@@ -166,6 +168,31 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
 
 int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a,
                const std::optional<StepRange>& trace_steps);
+
+// Every --reference file (CLI11 joins repeated ones with '\n'), read and checked before the first row: a typo
+// stops the bench at once, not after its rows. [{"file", "meta", "rows"}], each row labelled (label_references).
+json read_references(const std::string& joined) {
+  json references = json::array();
+  std::istringstream paths(joined);
+  for (std::string path; std::getline(paths, path);) {
+    if (path.empty()) continue;
+    std::ifstream in(path);
+    if (!in) throw ConfigError("--reference " + path + ": cannot open");
+    json doc;
+    try {
+      doc = json::parse(in);
+    } catch (const json::parse_error& e) {
+      throw ConfigError("--reference " + path + ": not JSON (" + e.what() + ")");
+    }
+    if (const std::string problem = reference_problem(doc); !problem.empty()) {
+      throw ConfigError("--reference " + path + ": " + problem +
+                        " (expected the JSON of scripts/reference_pytorch.py, reference_dali.py or pinfeed bench)");
+    }
+    references.push_back({{"file", path}, {"meta", doc.value("meta", json())}, {"rows", doc["rows"]}});
+  }
+  label_references(references);
+  return references;
+}
 
 // --trace-steps, checked against --steps before anything runs.
 std::optional<StepRange> trace_steps_of(const BenchArgs& a) {
@@ -191,7 +218,10 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("--warmup", a.warmup, "warm-up steps per repeat, excluded")->check(CLI::Range(0, 100000));
   cmd.add_option("--steps", a.steps, "timed steps per repeat")->check(CLI::Range(1, 1000000));
   cmd.add_option("--out", a.out, "output folder (table.md, bench.csv, bench.json)");
-  cmd.add_option("--reference", a.reference, "JSON from scripts/reference_pytorch.py to show alongside");
+  cmd.add_option("--reference", a.reference,
+                 "JSON from scripts/reference_pytorch.py or reference_dali.py to show alongside; repeatable, each "
+                 "file checked before the rows run")
+      ->join();  // one string, the files separated by '\n': read_references splits it
   cmd.add_option("--decoder", a.decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
       ->check(CLI::IsMember(kDecoders));
   cmd.add_option("--trace-steps", a.trace_steps,
@@ -214,6 +244,7 @@ int run_bench(const BenchArgs& a) {
 namespace {
 int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const BenchArgs& a,
                const std::optional<StepRange>& trace_steps) {
+  const json references = dist.is_main() ? read_references(a.reference) : json::array();  // rank 0 writes the table
   dist.agree("config", to_toml(plan.config), "config");
   configure_backend(plan);
   const Datasets sets = open_datasets(plan, /*with_val=*/false);
@@ -264,12 +295,12 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   doc["rows"] = json::array();
   for (const Row& row : rows) doc["rows"].push_back(summarise_row(row.name, results[row.name]));
   json table_rows = doc["rows"];
-  if (!a.reference.empty()) {
-    std::ifstream in(a.reference);
-    if (!in) throw ConfigError("--reference: cannot open " + a.reference);
-    const json ref = json::parse(in);
-    doc["reference_meta"] = ref["meta"];
-    for (const auto& r : ref["rows"]) table_rows.push_back(r);
+  if (!references.empty()) {
+    if (references.size() == 1) doc["reference_meta"] = references[0]["meta"];  // where one file always was
+    doc["references"] = references;
+    for (const auto& ref : references) {
+      for (const auto& r : ref["rows"]) table_rows.push_back(r);
+    }
   }
   const std::string table = render_table(table_rows, dist.world());
   write_file_atomic((fs::path(out_dir) / "bench.json").string(), doc.dump(2) + "\n");

@@ -27,4 +27,11 @@ nlohmann::json summarise_row(const std::string& row, const std::vector<BenchSamp
 std::string render_table(const nlohmann::json& rows, int world = 1);
 std::string render_csv(const nlohmann::json& rows);
 
+// A --reference file ({"meta", "rows"}, as scripts/reference_pytorch.py and reference_dali.py write it): "" when
+// every row has what render_table and render_csv read, else what is missing, naming the row.
+std::string reference_problem(const nlohmann::json& doc);
+// references: [{"file", "meta", "rows"}]. Sets each row's "variant", its label in the table: the row's
+// implementation and precision ("pytorch+compile bf16"), followed by the file where two files would share a label.
+void label_references(nlohmann::json& references);
+
 }  // namespace pinfeed::app

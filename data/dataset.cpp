@@ -32,23 +32,29 @@ Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, Bad
   }
 }
 
-bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
-  if (!gpu_takes(index, transform_.gpu_share)) return false;
-  const std::vector<uint8_t>& file = encoded->bytes;
+GpuDecode Dataset::checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
+                                    std::vector<uint8_t>& row, std::atomic<int64_t>* runs) const {
   // A file checked before at this size keeps its decoder: no second pass over its entropy data to count scans.
   const int64_t size_tag = (static_cast<int64_t>(file.size()) + 1) << 2;
   const int64_t known = checked_[index].load(std::memory_order_acquire);
   const bool checked = (known & ~int64_t{3}) == size_tag;
-  JpegInfo info;
-  if (!parse_jpeg_info(file.data(), file.size(), &info, /*count_scans=*/!checked)) return false;  // PNG, odd header
-  const std::string too_big = pixel_limit_error(info.width, info.height, transform_.max_image_pixels);
+  if (!parse_jpeg_info(file.data(), file.size(), info, /*count_scans=*/!checked)) return GpuDecode::kNone;  // PNG
+  const std::string too_big = pixel_limit_error(info->width, info->height, transform_.max_image_pixels);
   if (!too_big.empty()) throw std::runtime_error(too_big);
-  const GpuDecode kind = checked ? static_cast<GpuDecode>(known & 3) : gpu_decode_for(info, kMaxGpuPixels);
+  const GpuDecode kind = checked ? static_cast<GpuDecode>(known & 3) : gpu_decode_for(*info, kMaxGpuPixels);
+  if (kind == GpuDecode::kNone || checked) return kind;
+  runs->fetch_add(1, std::memory_order_relaxed);
+  check_jpeg(file.data(), file.size(), transform_.max_image_pixels, row);  // throws if bad
+  // A worker and a CheckAhead thread may both get here for one file: they store the same tag.
+  checked_[index].store(size_tag | static_cast<int64_t>(kind), std::memory_order_release);
+  return kind;
+}
+
+bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
+  if (!gpu_takes(index, transform_.gpu_share)) return false;
+  JpegInfo info;
+  const GpuDecode kind = checked_gpu_kind(index, encoded->bytes, &info, scratch.region, &checks_in_load_);
   if (kind == GpuDecode::kNone) return false;
-  if (!checked) {
-    check_jpeg(file.data(), file.size(), transform_.max_image_pixels, scratch.region);  // throws if bad
-    checked_[index].store(size_tag | static_cast<int64_t>(kind), std::memory_order_release);
-  }
   encoded->kind = kind;
   encoded->width = info.width;
   encoded->height = info.height;
@@ -72,27 +78,34 @@ void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, D
   decode_into(scratch.file.data(), scratch.file.size(), train_, transform_, rng, scratch, dst);
 }
 
+bool Dataset::check_gpu_file(int64_t index, DecodeScratch& scratch) const {
+  if (!checked_ || !gpu_takes(index, transform_.gpu_share)) return false;
+  if (checked_[index].load(std::memory_order_acquire) != 0) return true;
+  try {
+    read_file(folder_.samples[index].path, scratch.file);
+    JpegInfo info;
+    return checked_gpu_kind(index, scratch.file, &info, scratch.region, &checks_ahead_) != GpuDecode::kNone;
+  } catch (const std::exception&) {
+    // Left unchecked: load() meets it again, then names, counts and replaces it as on the CPU path.
+    return false;
+  }
+}
+
 void Dataset::check_gpu_files(int threads) const {
   if (!checked_) return;
   std::atomic<int64_t> next{0};
   auto work = [&] {
     DecodeScratch scratch;
-    EncodedImage encoded;
-    for (int64_t i = next++; i < size(); i = next++) {
-      if (checked_[i].load(std::memory_order_acquire) != 0 || !gpu_takes(i, transform_.gpu_share)) continue;
-      try {
-        read_file(folder_.samples[i].path, encoded.bytes);
-        SampleRng rng(0);
-        stage_for_gpu(i, rng, scratch, &encoded);
-      } catch (const std::exception&) {
-        // Left unchecked: load() meets it again, then names, counts and replaces it as on the CPU path.
-      }
-    }
+    for (int64_t i = next++; i < size(); i = next++) check_gpu_file(i, scratch);
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+}
+
+Dataset::GpuChecks Dataset::gpu_checks() const {
+  return {checks_ahead_.load(std::memory_order_relaxed), checks_in_load_.load(std::memory_order_relaxed)};
 }
 
 int64_t Dataset::record_bad_image(int64_t index, const std::string& reason) const {

@@ -44,13 +44,26 @@ class Dataset {
   // With transform().gpu_decode, a JPEG the GPU takes is not decoded: its bytes, size, crop box and decoder go
   // to *encoded (required then) and dst is left alone; anything else is decoded into dst (encoded->kind kNone).
   // A file meant for the GPU is first checked once per run on the CPU (check_jpeg: the same policy as decoding
-  // it here), so that bad files are found, named and replaced exactly as on the CPU path.
+  // it here), so that bad files are found, named and replaced exactly as on the CPU path: here, unless
+  // check_gpu_file passed it before.
   int load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label, DecodeScratch& scratch,
            EncodedImage* encoded = nullptr) const;
-  // Checks every JPEG the GPU would decode that is not checked yet, with `threads` threads (the bench calls it so
-  // that its rows time the steady state, not the first pass). Bad files are left unchecked: load() meets them
-  // again and names, counts and replaces them as it does on the CPU path.
+  // Checks sample `index`'s file now, as load() would before handing it to the GPU, so that load() finds it
+  // checked and only reads it: true if it is checked (now or before), false for a file the GPU does not take or a
+  // bad one. A bad file is left unchecked and unrecorded: load() meets it again and names, counts and replaces it
+  // as on the CPU path. Thread-safe, also while a worker loads the same sample (both may then check it: the same
+  // verdict twice, never a second record). The Loader's CheckAhead threads call it (data/check_ahead.h).
+  bool check_gpu_file(int64_t index, DecodeScratch& scratch) const;
+  // check_gpu_file for every sample, with `threads` threads (the bench calls it so that its rows time the
+  // steady state, not the first pass).
   void check_gpu_files(int threads) const;
+  // libjpeg checks run so far for the GPU path: by check_gpu_file, and inside load() (a worker checking a file
+  // that was not checked ahead, or a bad file again). A bad file counts each time it is checked.
+  struct GpuChecks {
+    int64_t ahead = 0;
+    int64_t in_load = 0;
+  };
+  GpuChecks gpu_checks() const;
 
   // Bad files are recorded once each, with the reason of their first failure, however often they are loaded
   // (every epoch, or as a replacement of another bad file). Both calls are thread-safe and may run while
@@ -66,6 +79,11 @@ class Dataset {
                 EncodedImage* encoded) const;
   // Leaves the file in encoded->bytes for the GPU if it takes it (true), checking it once first; else false.
   bool stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const;
+  // The GPU decoder of sample `index`, whose file is `file`, read just now (kNone: the CPU decodes it), with its
+  // header in *info; checks the file first unless it was checked at this size, counting the check in *runs.
+  // Throws for a bad file.
+  GpuDecode checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
+                             std::vector<uint8_t>& row, std::atomic<int64_t>* runs) const;
   // Records sample `index` as bad; returns the number of distinct bad files if it is new, else 0.
   int64_t record_bad_image(int64_t index, const std::string& reason) const;
 
@@ -79,7 +97,12 @@ class Dataset {
   // gpu_decode: per sample, (the file's size + 1) << 2 | its GpuDecode, once check_jpeg passed it (0: not
   // checked). Files are read again every epoch: one that changed size since is classified and checked again (a
   // change keeping the size is not seen).
+  // Kept for this run only, not in a cache across runs: a key of path, size and mtime would trust a file
+  // rewritten in place within the mtime's resolution, or copied back with its old mtime (cp -p, rsync -t, tar),
+  // and a verdict reached by another libjpeg or another max_image_pixels. The check's cost is hidden instead, on
+  // the cores the workers leave idle (CheckAhead).
   std::unique_ptr<std::atomic<int64_t>[]> checked_;
+  mutable std::atomic<int64_t> checks_ahead_{0}, checks_in_load_{0};  // GpuChecks
 };
 
 }  // namespace pinfeed::data

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "common/log.h"
 #include "data/error.h"
 #include "data/sample_rng.h"
 #include "data/shard.h"
@@ -43,6 +44,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, Ba
   // oversubscribe the cores the workers already fill.
   cv::setNumThreads(1);
   const int n = options_.workers > 0 ? options_.workers : default_workers();
+  if (dataset_->transform().gpu_decode) start_check_ahead(n);
   threads_.reserve(n);
   try {
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
@@ -51,12 +53,39 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, Ba
     // call std::terminate: the threads already started are stopped and joined here.
     const int started = static_cast<int>(threads_.size());
     stop_workers();
+    check_ahead_.reset();
     throw std::runtime_error("cannot start decode thread " + std::to_string(started + 1) + " of " + std::to_string(n) +
                              ": " + e.what() + "; use fewer workers");
   }
 }
 
-Loader::~Loader() { stop_workers(); }
+Loader::~Loader() {
+  stop_workers();  // first: the workers report their positions to check_ahead_
+  check_ahead_.reset();
+}
+
+void Loader::start_check_ahead(int workers) {
+  int threads = options_.check_threads;
+  if (threads < 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency()) / options_.shards;
+    threads = std::max(1, cores - workers - 2);
+  }
+  if (threads == 0) return;
+  try {
+    CheckAheadOptions o;
+    o.threads = threads;
+    // An eighth of the batches in flight: where the workers outrun the checking threads, the stretch left to them
+    // is short enough for the batches queued to absorb (a longer one made a paced first epoch wait on them), and
+    // each time they overtake costs the few files being checked at that moment twice. On 2 cores, 1 worker and
+    // 1 checking thread, a consumer taking 64 samples every 40 ms: a lead of the whole window (256) gave 1,320
+    // samples/s, 32 gave 1,490, the later epochs 1,550 (tests/bench_data.cpp, BM_LoaderEpochGpuFiles).
+    o.lead = std::max<int64_t>(1, static_cast<int64_t>(options_.prefetch_batches) * options_.batch_size / 8);
+    check_ahead_ = std::make_unique<CheckAhead>(*dataset_, [this](int64_t epoch) { return epoch_order(epoch); }, o);
+  } catch (const std::exception& e) {
+    // Only the first epoch's speed depends on it.
+    log::warn(std::string(e.what()) + "; the workers check each file for the GPU themselves");
+  }
+}
 
 void Loader::stop_workers() {
   {
@@ -95,7 +124,8 @@ std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   std::unique_lock<std::mutex> lock(mutex_);
   const bool consumed = next_to_open_ >= end_batch_ && (window_.empty() || window_.front()->epoch != epoch_);
-  if (!next_order_.empty() && epoch == epoch_ + 1 && first_batch == 0 && consumed) {
+  const bool keep_next = !next_order_.empty() && epoch == epoch_ + 1 && first_batch == 0 && consumed;
+  if (keep_next) {
     // The next epoch from its start, as fill_window_locked began it: keep what is decoded or decoding.
     epoch_ = epoch;
     order_ = std::move(next_order_);
@@ -109,6 +139,8 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   next_order_.clear();
   next_opened_ = 0;
   end_batch_ = batches_per_epoch();
+  // Kept batches were opened from the epoch's start; their workers report their own positions.
+  if (check_ahead_) check_ahead_->loader_at(epoch_, keep_next ? 0 : next_to_open_ * options_.batch_size);
   fill_window_locked();
 }
 
@@ -192,6 +224,9 @@ void Loader::worker_loop() {
     tasks_.pop_front();
     ++active_;
     const int64_t epoch = task.pending->epoch;
+    if (check_ahead_) {
+      check_ahead_->loader_at(epoch, task.pending->batch.index * options_.batch_size + task.position + 1);
+    }
     lock.unlock();
 
     int bad = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data/batch_arena.h"
+#include "data/check_ahead.h"
 #include "data/dataset.h"
 
 namespace pinfeed::data {
@@ -30,6 +31,12 @@ struct LoaderOptions {
   // after this one (started with start_epoch(epoch + 1)) does not begin with the whole pipeline empty. Off for
   // a validation split, which always re-reads epoch 0.
   bool prefetch_next_epoch = true;
+  // With GPU decode (TransformOptions::gpu_decode): threads that check the files with libjpeg ahead of the
+  // workers, in this loader's order, at idle priority (data/check_ahead.h). -1: the cores the workers leave,
+  // hardware threads / shards - workers - 2 for the training thread and the copier, at least 1 (the loader
+  // cannot tell how many ranks share this host: it assumes all of them do). 0: none, each worker checks a file
+  // the first time it loads it.
+  int check_threads = -1;
 };
 
 // Decode threads for one of `processes` ranks sharing this host's cores.
@@ -55,6 +62,9 @@ class Loader {
   int64_t batches_per_epoch() const;  // this rank's
   int64_t samples_per_epoch() const;  // this rank's
   int workers() const { return static_cast<int>(threads_.size()); }
+  // The threads checking the GPU's files ahead of the workers (options().check_threads), or null: none asked
+  // for, no GPU decode, or the system refused a thread (logged).
+  const CheckAhead* check_ahead() const { return check_ahead_.get(); }
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }
 
@@ -81,6 +91,7 @@ class Loader {
   };
 
   void worker_loop();
+  void start_check_ahead(int workers);
   void stop_workers();  // joins every worker thread started
   std::vector<int64_t> epoch_order(int64_t epoch) const;  // this rank's sample order of an epoch
   void open_batch_locked(int slot, int64_t epoch, int64_t index, const std::vector<int64_t>& order);
@@ -105,6 +116,8 @@ class Loader {
   int active_ = 0;  // tasks being worked on
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  // Declared last, destroyed first: its threads call epoch_order, which reads the options and the dataset.
+  std::unique_ptr<CheckAhead> check_ahead_;
 };
 
 }  // namespace pinfeed::data

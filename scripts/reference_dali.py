@@ -4,12 +4,16 @@
 Measured exactly as scripts/reference_pytorch.py measures (its time_training is reused, not copied): per repeat
 W warm-up steps, then N timed steps; samples/s over synchronised wall time; wait = host time spent getting the
 next device-ready batch; GPU idle = 1 - (sum of the training steps' CUDA-event spans) / (first begin to last
-end). The model and optimiser are reference_pytorch's: torchvision resnet50, fused SGD (lr 0.1, momentum 0.9,
-weight decay 1e-4), cross-entropy, cudnn.benchmark, TF32 unless fp32, bf16 autocast with --precision bf16, the
-model in channels_last with --channels-last (the default). The JSON is the schema of pinfeed's bench.json
-(implementation "dali"), so `pinfeed bench --reference FILE` and scripts/plot_bench.py show it beside pinfeed;
-each row also names its decoder, threads and hw_decoder_load, and says whether the GPU waited for its input
-(cpu_input_bound: more than 5% GPU idle).
+end). The model, optimiser and training step are reference_pytorch's (its TrainStep): torchvision resnet50, fused
+SGD (lr 0.1, momentum 0.9, weight decay 1e-4), cross-entropy, cudnn.benchmark, TF32 unless fp32, bf16 autocast with
+--precision bf16, fp16 autocast with a GradScaler with --precision fp16, the model in channels_last with
+--channels-last (the default). --compile: torch.compile(model), default mode, as in reference_pytorch.py: compiled
+by reference_pytorch.COMPILE_WARMUP_STEPS steps on the first pipeline's first batch before anything is timed (its
+seconds in meta.compile_s); every point's --warmup steps still follow. The JSON is the schema of pinfeed's
+bench.json (implementation "dali", or "dali+compile"; each row and meta also carry "compile" and "precision"), so
+`pinfeed bench --reference FILE` and scripts/plot_bench.py show it beside pinfeed; each row also names its decoder,
+threads and hw_decoder_load, and says whether the GPU waited for its input (cpu_input_bound: more than 5% GPU
+idle).
 
 DALI's setup, its strongest idiomatic one (DALI's own PyTorch ResNet-50 example, docs/examples/use_cases/
 pytorch/resnet50/main.py, adapted to the ImageNet recipe's augmentation):
@@ -27,7 +31,7 @@ pytorch/resnet50/main.py, adapted to the ImageNet recipe's augmentation):
   example uses), fn.crop_mirror_normalize with mirror = fn.random.coin_flip(0.5), ImageNet mean/std x 255,
   output_layout "HWC" with --channels-last (the NHWC buffer, permuted, is a channels_last NCHW tensor: no
   copy) else "CHW", dtype FLOAT16 with bf16 (half the bytes; autocast casts it for the first convolution) and
-  FLOAT otherwise (--dtype overrides).
+  with fp16 (what autocast computes in), FLOAT otherwise (--dtype overrides).
 - DALIGenericIterator over the pipeline (exec_dynamic, DALI 2's default executor: its outputs reach PyTorch
   through DLPack, no copy, ordered on PyTorch's current stream), prefetch_queue_depth 3 (DALI's default 2),
   num_threads = --threads CPU threads, seed 12.
@@ -39,7 +43,7 @@ fixed batch on the GPU: the compute ceiling) each repeat. --plot PNG draws sampl
 pinfeed's dual_stream curve from `pinfeed bench` JSONs at the same data.workers (--pinfeed-bench; --replot draws
 from an existing --out JSON without running).
 --device cpu is a smoke test without a GPU: the whole pipeline on the CPU (device_id None), cpu decoder only,
-fp32. Exits 3 with a message when DALI cannot be imported.
+fp32 (--compile works there too). Exits 3 with a message when DALI cannot be imported.
 """
 import argparse
 import datetime
@@ -72,10 +76,13 @@ def parse_args(argv=None):
     p.add_argument("--hw-decoder-load", type=float, default=0.65, help="mixed: share of images for the HW decoder")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="bf16",
+                   help="fp32 | tf32 | bf16 (autocast) | fp16 (autocast and GradScaler)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile(model), default mode; compiled before the first point, out of every timing")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--dtype", choices=["auto", "float16", "float"], default="auto",
-                   help="DALI output dtype (auto: float16 with bf16, else float)")
+                   help="DALI output dtype (auto: float16 with bf16 and fp16, else float)")
     p.add_argument("--prefetch-queue-depth", type=int, default=3)
     p.add_argument("--modes", default="train,gpu_resident",
                    help="rows: train (DALI feeding the training), gpu_resident (one batch kept on the GPU: the "
@@ -125,7 +132,7 @@ def parse_args(argv=None):
             print(f"--device cpu: precision {args.precision} -> fp32", file=sys.stderr)
             args.precision = "fp32"
     if args.dtype == "auto":
-        args.dtype = "float16" if args.precision == "bf16" else "float"
+        args.dtype = "float16" if args.precision in ("bf16", "fp16") else "float"
     return args
 
 
@@ -237,11 +244,14 @@ def row_name(decoder, threads, hw_load):
     return f"dali_{decoder}_t{threads}" + (f"_hw{hw_load:g}" if hw_load is not None else "")
 
 
-def summarise(name, results, extra):
+def summarise(name, results, extra, args):
+    from reference_pytorch import variant
+
     def med(values):
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else None
-    row = {"implementation": "dali", "mode": name, "mode_ran": name}
+    row = {"implementation": variant("dali", args), "mode": name, "mode_ran": name, "compile": args.compile,
+           "precision": args.precision}
     for k in FIGURES:
         row[k] = [r[k] for r in results]
     row["samples_per_s_median"] = med(row["samples_per_s"])
@@ -313,7 +323,7 @@ def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
     import torchvision
-    from reference_pytorch import time_training
+    from reference_pytorch import COMPILE_WARMUP_STEPS, TrainStep, compile_warmup, time_training
 
     device = torch.device(args.device)
     on_gpu = device.type == "cuda"
@@ -331,7 +341,10 @@ def main(argv=None):
     model = torchvision.models.resnet50(num_classes=len(classes)).to(device, memory_format=fmt)
     # fused=True as pinfeed's optimizer and reference_pytorch's, so that the comparison is about the input path
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=on_gpu)
-    float_input = args.dtype == "float" or args.precision != "bf16"
+    step = TrainStep(args, model, opt, device)
+    # float16 from DALI goes in as it is under autocast (bf16 casts it, fp16 computes in it); else float32
+    float_input = args.dtype == "float" or args.precision not in ("bf16", "fp16")
+    compile_s = None
 
     results, extras, resident = {}, {}, None
     for r in range(args.repeats):
@@ -339,12 +352,19 @@ def main(argv=None):
             name = row_name(decoder, threads, hw_load)
             pipe, iterator = build_pipeline(args, decoder, threads, hw_load, hint, on_gpu, device_index)
             batches = dali_batches(iterator, args.channels_last, float_input)
+            # on a DALI batch: the very dtype, shape and strides that the rows time
+            if args.compile and compile_s is None and ({"train", "gpu_resident"} & set(args.modes)):
+                x, y = next(batches)
+                print(f"compiling (torch.compile, default mode): {COMPILE_WARMUP_STEPS} steps on one batch", flush=True)
+                compile_s = compile_warmup(step, x.clone(memory_format=fmt), y.clone(), device)
+                print(f"compiled in {compile_s:.1f} s", flush=True)
+                del x, y
             if resident is None and "gpu_resident" in args.modes:
                 x, y = next(batches)
                 resident = (x.clone(memory_format=fmt), y.clone())
             point = dict(decoder=decoder, threads=threads, hw_decoder_load=hw_load)
             for kind in [m for m in ("train", "loader_only") if m in args.modes]:
-                res = (time_training(args, model, opt, batches, device) if kind == "train"
+                res = (time_training(args, step, batches, device, name) if kind == "train"
                        else loader_only(args, batches, device))
                 # pinfeed's table frames a row named loader_only; a sweep's are told apart by their point
                 key = name if kind == "train" else "loader_only" + (f"_{name}" if args.sweep else "")
@@ -358,12 +378,12 @@ def main(argv=None):
             gc.collect()
         if resident is not None:
             x, y = resident
-            res = time_training(args, model, opt, iter(lambda: (x, y), None), device)
+            res = time_training(args, step, iter(lambda: (x, y), None), device, "gpu_resident")
             results.setdefault("gpu_resident", []).append(res)
             extras["gpu_resident"] = dict(decoder=None, threads=None, hw_decoder_load=None, kind="gpu_resident")
             report(r, args.repeats, "gpu_resident", res)
 
-    rows = [summarise(name, results[name], extras[name]) for name in results]
+    rows = [summarise(name, results[name], extras[name], args) for name in results]
     n_images = sum(len(os.listdir(os.path.join(args.train_root, c))) for c in classes)
     meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "implementation": "dali",
             "dali": dali.__version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
@@ -374,7 +394,10 @@ def main(argv=None):
             "output_layout": "HWC" if args.channels_last else "CHW", "prefetch_queue_depth": args.prefetch_queue_depth,
             "points": [list(p) for p in args.points], "sweep": args.sweep, "modes": args.modes,
             "pipeline": "built per point and repeat, deleted after its measurement; model and optimiser shared",
-            "warmup_steps": args.warmup, "steps": args.steps, "repeats": args.repeats, "seed": args.seed}
+            "warmup_steps": args.warmup, "steps": args.steps, "repeats": args.repeats, "seed": args.seed,
+            "compile": args.compile,
+            "compiled": "model (forward, backward), default mode; loss and SGD step eager" if args.compile else None,
+            "compile_warmup_steps": COMPILE_WARMUP_STEPS if args.compile else 0, "compile_s": compile_s}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)
     print(f"written to {args.out}")

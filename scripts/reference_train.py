@@ -20,7 +20,9 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
 - learning rate, set before every step from the global step (app/lr_schedule.cpp): warm-up lr * (s + 1) / W for
   s < W = warmup_epochs * steps_per_epoch, then min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with p = (s - W) /
   (E * steps_per_epoch - W); lr and min_lr scaled by batch / train.lr_reference_batch when that is set.
-- loss: cross-entropy with train.label_smoothing under bf16 autocast (train.precision = "bf16"), channels_last
+- loss: cross-entropy with train.label_smoothing under bf16 or fp16 autocast (train.precision), fp16 with
+  torch.amp.GradScaler(init_scale = train.loss_scale_init, growth_interval = train.loss_scale_growth_interval,
+  GradScaler's factors 2 and 0.5, as pinfeed's loss scaler), channels_last
   model and input (train.channels_last), TF32 allowed unless precision is "fp32", cudnn.benchmark as
   train.cudnn_benchmark.
 - metrics (the fields of pinfeed's metrics.jsonl, so that scripts/plot_parity.py reads both alike): epoch (from
@@ -29,7 +31,8 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
   samples_per_s (training steps after the first min(10, steps / 4), synchronised), epoch_s, steps.
 
 Keys of the config that concern pinfeed's own machinery (pipeline.*, dist.*, run.*, data.crop_decode,
-data.decoder, data.gpu_decode_share: the reference always decodes with PIL in its workers, ...) are accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
+data.decoder, data.gpu_decode_share: the reference always decodes with PIL in its workers, model.fused_bn: the same
+arithmetic through other kernels, ...) are accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
 DataLoader workers: data.workers, or as pinfeed when 0 (cores - 3, cores - 1 on 4 cores or fewer); --workers
 overrides it.
 """
@@ -52,10 +55,11 @@ DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_resize_ratio": 0.875,
              "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
              "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "gpu_decode_share": 1.0},
-    "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True},
+    "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto"},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9,
               "nesterov": False, "weight_decay": 1e-4, "decay_bn_and_bias": True, "warmup_epochs": 0.0,
-              "min_lr": 0.0, "label_smoothing": 0.0, "precision": "tf32", "channels_last": False,
+              "min_lr": 0.0, "label_smoothing": 0.0, "precision": "tf32", "loss_scale_init": 65536.0,
+              "loss_scale_growth_interval": 2000, "channels_last": False,
               "cudnn_benchmark": True, "cuda_graph": False, "seed": 0, "device": "auto",
               "max_steps_per_epoch": 0, "eval": True},
     "pipeline": {"mode": "", "pin_memory": False, "non_blocking": False, "prefetch": "none",
@@ -120,8 +124,8 @@ def load_config(path, overrides):
     t, d, m = cfg["train"], cfg["data"], cfg["model"]
     if m["arch"] != "resnet50":
         raise UsageError(f"model.arch = {m['arch']!r}: only resnet50")
-    if t["precision"] not in ("fp32", "tf32", "bf16"):
-        raise UsageError(f"train.precision must be fp32 | tf32 | bf16, got {t['precision']!r}")
+    if t["precision"] not in ("fp32", "tf32", "bf16", "fp16"):
+        raise UsageError(f"train.precision must be fp32 | tf32 | bf16 | fp16, got {t['precision']!r}")
     if cfg["pipeline"]["transfer_dtype"] not in ("float32", "uint8"):
         raise UsageError(f"pipeline.transfer_dtype must be float32 | uint8, got {cfg['pipeline']['transfer_dtype']!r}")
     if not d["root"]:
@@ -192,8 +196,9 @@ def train(cfg, args):
     if device.type == "cuda" and device.index is None:  # "cuda" means the current device, as in pinfeed
         device = torch.device("cuda", torch.cuda.current_device())
     cuda = device.type == "cuda"
-    if not cuda and t["precision"] == "bf16":
-        print('error: train.precision = "bf16" needs a CUDA device (device is cpu), as in pinfeed', file=sys.stderr)
+    if not cuda and t["precision"] in ("bf16", "fp16"):
+        print(f'error: train.precision = "{t["precision"]}" needs a CUDA device (device is cpu), as in pinfeed',
+              file=sys.stderr)
         return EXIT_USAGE
     if cuda:
         torch.cuda.set_device(device)
@@ -247,7 +252,9 @@ def train(cfg, args):
     opt = torch.optim.SGD(groups, lr=learning_rate(t, 0, steps_per_epoch, scale), momentum=t["momentum"],
                           nesterov=t["nesterov"], fused=cuda)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=t["label_smoothing"])
-    bf16 = t["precision"] == "bf16"
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t["precision"])
+    scaler = torch.amp.GradScaler("cuda", init_scale=t["loss_scale_init"],
+                                  growth_interval=t["loss_scale_growth_interval"], enabled=t["precision"] == "fp16")
     prepare = GpuNormalize(torch, device, fmt) if uint8 else (lambda x: x.contiguous(memory_format=fmt))
     timing_warmup = min(cfg["pipeline"]["warmup_steps"], steps_per_epoch // 4)
 
@@ -276,11 +283,12 @@ def train(cfg, args):
             lr = learning_rate(t, global_step, steps_per_epoch, scale)
             for g in opt.param_groups:
                 g["lr"] = lr
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 loss = criterion(model(x), y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
             loss_sum += loss.detach().float()
             global_step += 1
             timed_samples += y.shape[0]
@@ -290,7 +298,7 @@ def train(cfg, args):
         row = {"epoch": epoch + 1, "lr": lr, "train_loss": loss_sum.item() / steps_per_epoch,
                "val_loss": None, "val_top1": None, "val_top5": None}
         if val_loader is not None:
-            row.update(evaluate(torch, model, val_loader, device, prepare, bf16))
+            row.update(evaluate(torch, model, val_loader, device, prepare, autocast_dtype))
         row.update({"samples_per_s": samples_per_s, "epoch_s": time.perf_counter() - t_epoch,
                     "steps": steps_per_epoch, "warmup_steps": timing_warmup, "implementation": "torchvision",
                     "seed": seed})
@@ -303,14 +311,14 @@ def train(cfg, args):
     return 0
 
 
-def evaluate(torch, model, loader, device, prepare, bf16):
+def evaluate(torch, model, loader, device, prepare, autocast_dtype):
     model.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, top-1 hits, top-5 hits, samples
     with torch.no_grad():
         for x, y in loader:
             x = prepare(x.to(device, non_blocking=True))
             y = y.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 logits = model(x)
             logits = logits.float()
             k = min(5, logits.shape[1])

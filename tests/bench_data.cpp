@@ -1,14 +1,19 @@
 // Microbenchmarks of the CPU input path, one core: JPEG decode alone, and decode + RandomResizedCrop + flip
 // written into a batch slot (the work of one loader worker per sample). images/s per core = items_per_second.
+// And one loader epoch of the GPU decode path, on a few threads.
 // Runs in CI with a tiny --benchmark_min_time; no thresholds anywhere.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
 #include "data/image_folder.h"
 #include "data/jpeg_check.h"
+#include "data/loader.h"
 #include "data/synthetic.h"
 #include "data/transforms.h"
 
@@ -71,6 +76,87 @@ void BM_JpegIntegrityCheck(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_JpegIntegrityCheck)->Unit(benchmark::kMillisecond);
+
+// Host memory with room for what the GPU decodes, as the pipeline's ring gives it.
+class EncodedArena : public BatchArena {
+ public:
+  EncodedArena(int slots, int64_t batch, size_t image_bytes)
+      : images_(slots, std::vector<uint8_t>(batch * image_bytes)), labels_(slots, std::vector<int64_t>(batch)),
+        encoded_(slots, std::vector<EncodedImage>(batch)) {
+    for (int i = 0; i < slots; ++i) free_.push_back(i);
+  }
+  int slots() const override { return static_cast<int>(images_.size()); }
+  BatchMemory memory(int s) override { return {images_[s].data(), labels_[s].data(), encoded_[s].data()}; }
+  std::optional<int> try_acquire() override {
+    std::lock_guard<std::mutex> l(m_);
+    if (free_.empty()) return std::nullopt;
+    const int s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  std::optional<int> acquire() override { return try_acquire(); }
+  void release(int s, std::shared_ptr<Fence>) override {
+    std::lock_guard<std::mutex> l(m_);
+    free_.push_back(s);
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> images_;
+  std::vector<std::vector<int64_t>> labels_;
+  std::vector<std::vector<EncodedImage>> encoded_;
+  std::vector<int> free_;
+  std::mutex m_;
+};
+
+// One epoch of the loader when the GPU decodes (data.decoder = "nvjpeg"): its workers read each file, parse its
+// header and draw its crop, and check the file with libjpeg first unless that was done before (Dataset::load).
+// Arg 0: 0 = a run's first epoch (nothing checked yet), 1 = a later epoch; Arg 1: LoaderOptions::check_threads
+// (threads that check ahead of the workers at idle priority); Arg 2: workers; Arg 3: ms the consumer spends on
+// each batch of 64 after taking it (a training step; 0: none, items_per_second is then the loader's ceiling).
+// 1,024 samples: the photos again and again, as distinct samples. The threads checking ahead help only on cores
+// nothing else wants: run it on an otherwise idle machine with more cores than workers.
+void BM_LoaderEpochGpuFiles(benchmark::State& state) {
+  cv::setNumThreads(1);
+  photos();  // the folder written
+  const ImageFolder photo_folder = scan_image_folder(
+      (std::filesystem::temp_directory_path() / "pinfeed_bench_photos").string(), "train");
+  ImageFolder folder = photo_folder;
+  folder.samples.clear();
+  for (size_t i = 0; i < 1024; ++i) folder.samples.push_back(photo_folder.samples[i % photo_folder.samples.size()]);
+  TransformOptions t;
+  t.format = PixelFormat::kUint8Hwc;
+  t.size = 224;
+  t.gpu_decode = true;
+  LoaderOptions o;
+  o.batch_size = 64;
+  o.check_threads = static_cast<int>(state.range(1));
+  o.workers = static_cast<int>(state.range(2));
+  for (auto _ : state) {
+    state.PauseTiming();
+    const auto ds = std::make_shared<Dataset>(folder, t, true, BadImagePolicy::kSkip);
+    if (state.range(0) == 1) ds->check_gpu_files(1);
+    EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+    state.ResumeTiming();
+    Loader loader(ds, o, &arena);
+    loader.start_epoch(0);
+    while (auto b = loader.next()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(state.range(3)));
+      loader.recycle(*b);
+    }
+    state.PauseTiming();
+    state.counters["checked_in_load"] = static_cast<double>(ds->gpu_checks().in_load);
+    state.counters["checked_ahead"] = static_cast<double>(ds->gpu_checks().ahead);
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(folder.samples.size()));
+  state.SetLabel(std::string(state.range(0) ? "later epoch" : "first epoch") + ", " +
+                 std::to_string(state.range(2)) + " worker(s), " + std::to_string(state.range(1)) +
+                 " checking ahead, step " + std::to_string(state.range(3)) + " ms");
+}
+BENCHMARK(BM_LoaderEpochGpuFiles)
+    ->Args({1, 0, 1, 0})->Args({0, 0, 1, 0})->Args({0, 1, 1, 0})
+    ->Args({1, 0, 1, 40})->Args({0, 0, 1, 40})->Args({0, 1, 1, 40})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Arg 0: 0 = float32 CHW normalised on the host, 1 = uint8 HWC; Arg 1: crop-region decode (libjpeg-turbo) on/off;
 // Arg 2: output side.

@@ -11,6 +11,8 @@
 #include <cudnn.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <optional>
+
 namespace pinfeed::model {
 namespace {
 
@@ -94,13 +96,16 @@ const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.const_data
 
 class FusedBatchNormFunction : public torch::autograd::Function<FusedBatchNormFunction> {
  public:
-  // x, residual (may be undefined): (N, C, H, W) channels_last; weight, bias, running_mean, running_var: (C,)
+  // x, residual (if any): (N, C, H, W) channels_last; weight, bias, running_mean, running_var: (C,)
   // float32. Returns y like x.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& residual,
-                            const at::Tensor& weight, const at::Tensor& bias, at::Tensor running_mean,
-                            at::Tensor running_var, double momentum, double eps, bool relu) {
+  // residual is optional rather than an undefined tensor: autograd records every tensor input's device.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const std::optional<at::Tensor>& residual_or_none, const at::Tensor& weight,
+                            const at::Tensor& bias, at::Tensor running_mean, at::Tensor running_var, double momentum,
+                            double eps, bool relu) {
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
     const cudnnHandle_t handle = handle_on(stream);
+    const at::Tensor residual = residual_or_none.value_or(at::Tensor());
     const bool has_residual = residual.defined();
     const Descriptors d(x, relu, has_residual);
     const cudnnTensorDescriptor_t z_desc = has_residual ? d.x_desc.get() : nullptr;
@@ -178,7 +183,8 @@ torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& resi
   const c10::cuda::CUDAGuard guard(x.device());
   constexpr auto kNhwc = c10::MemoryFormat::ChannelsLast;
   const at::Tensor z = residual.defined() ? residual.contiguous(kNhwc) : residual;
-  at::Tensor y = FusedBatchNormFunction::apply(x.contiguous(kNhwc), z, bn.weight, bn.bias, bn.running_mean,
+  const std::optional<at::Tensor> z_or_none = z.defined() ? std::optional<at::Tensor>(z) : std::nullopt;
+  at::Tensor y = FusedBatchNormFunction::apply(x.contiguous(kNhwc), z_or_none, bn.weight, bn.bias, bn.running_mean,
                                                bn.running_var, *momentum, bn.options.eps(), relu);
   {
     at::NoGradGuard no_grad;

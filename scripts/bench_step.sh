@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The training step against its Python peers, side by side in one run (docs/training-step.md): ResNet-50 with
+# the batch already on the GPU (gpu_resident: the compute ceiling), channels_last, SGD momentum, a CUDA graph for
+# pinfeed; pinfeed with and without the fused BatchNorm, torchvision eager and torchvision + torch.compile,
+# each in bf16 and fp16 (loss scaling). Then the table (scripts/step_table.py) into OUT_DIR/table.md.
+#   usage: scripts/bench_step.sh OUT_DIR
+#   PINFEED_BIN           pinfeed executable (default: build/app/pinfeed, built by setup.sh if missing)
+#   PINFEED_STEP_DATA     ImageFolder (default: generated once, 10 classes x 64 images of 500x375: gpu_resident
+#                         reads one batch)
+#   BATCH SIZE            batch per step and crop side (default 256, 224)
+#   PRECISIONS            default "bf16 fp16"
+#   PARTS                 any of: pinfeed unfused eager compile (default: all)
+#   REPEATS WARMUP STEPS  per row (default 3, 15, 40); PYTHON (default python3, with torch and torchvision)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?usage: scripts/bench_step.sh OUT_DIR}
+mkdir -p "$out"
+bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
+[ -x "$bin" ] || "$repo/scripts/setup.sh"
+cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
+data=${PINFEED_STEP_DATA:-$cache/datasets/step-photo-v1}
+batch=${BATCH:-256} size=${SIZE:-224} precisions=${PRECISIONS:-bf16 fp16} parts=${PARTS:-pinfeed unfused eager compile}
+repeats=${REPEATS:-3} warmup=${WARMUP:-15} steps=${STEPS:-40}
+python=${PYTHON:-python3}
+
+if [ ! -f "$data/.complete" ] && [ -z "${PINFEED_STEP_DATA:-}" ]; then
+  rm -rf "$data"
+  "$bin" gen-data --out "$data" --classes 10 --train-per-class 64 --val-per-class 0 --size 500x375 --photo >/dev/null
+  touch "$data/.complete"
+fi
+cd "$repo"
+pinfeed_row() {  # NAME OVERRIDES...
+  local name=$1; shift
+  "$bin" bench --config configs/bench_resnet50.toml --modes gpu_resident --repeats "$repeats" --warmup "$warmup" \
+    --steps "$steps" --out "$out/$name" "data.root=\"$data\"" "train.batch_size=$batch" "data.image_size=$size" \
+    train.channels_last=true pipeline.transfer_dtype=uint8 train.cuda_graph=true "$@" > "$out/$name.log" 2>&1
+}
+python_row() {  # NAME FLAGS...
+  local name=$1; shift
+  "$python" scripts/reference_pytorch.py --data "$data" --modes gpu_resident --batch-size "$batch" \
+    --image-size "$size" --channels-last --transfer-dtype uint8 --repeats "$repeats" --warmup "$warmup" \
+    --steps "$steps" --out "$out/$name.json" "$@" > "$out/$name.log" 2>&1
+}
+rows=()
+add() {  # LABEL FILE COMMAND...: runs the row; a failed row is named and left out of the table
+  local label=$1 file=$2; shift 2
+  if "$@"; then rows+=("$label=$file"); else echo "[bench_step] $label failed: see ${file%.json}.log" >&2; fi
+}
+for p in $precisions; do
+  [[ " $parts " == *" compile "* ]] &&
+    add "torchvision + torch.compile, $p" "$out/torch-compile-$p.json" python_row "torch-compile-$p" --precision "$p" --compile
+  [[ " $parts " == *" eager "* ]] &&
+    add "torchvision eager, $p" "$out/torch-eager-$p.json" python_row "torch-eager-$p" --precision "$p"
+  [[ " $parts " == *" unfused "* ]] &&
+    add "pinfeed, ATen BatchNorm, $p" "$out/pinfeed-unfused-$p/bench.json" pinfeed_row "pinfeed-unfused-$p" "train.precision=$p" model.fused_bn=off
+  [[ " $parts " == *" pinfeed "* ]] &&
+    add "pinfeed, fused BatchNorm, $p" "$out/pinfeed-$p/bench.json" pinfeed_row "pinfeed-$p" "train.precision=$p" model.fused_bn=on
+done
+(( ${#rows[@]} )) || { echo "[bench_step] no row ran" >&2; exit 1; }
+base=${rows[0]%%=*}
+"$python" scripts/step_table.py --base "$base" --json "$out/table.json" "${rows[@]}" | tee "$out/table.md"
