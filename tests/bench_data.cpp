@@ -16,6 +16,7 @@
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "data/transforms.h"
+#include "encoded_arena.h"
 
 namespace {
 using namespace pinfeed::data;
@@ -77,37 +78,6 @@ void BM_JpegIntegrityCheck(benchmark::State& state) {
 }
 BENCHMARK(BM_JpegIntegrityCheck)->Unit(benchmark::kMillisecond);
 
-// Host memory with room for what the GPU decodes, as the pipeline's ring gives it.
-class EncodedArena : public BatchArena {
- public:
-  EncodedArena(int slots, int64_t batch, size_t image_bytes)
-      : images_(slots, std::vector<uint8_t>(batch * image_bytes)), labels_(slots, std::vector<int64_t>(batch)),
-        encoded_(slots, std::vector<EncodedImage>(batch)) {
-    for (int i = 0; i < slots; ++i) free_.push_back(i);
-  }
-  int slots() const override { return static_cast<int>(images_.size()); }
-  BatchMemory memory(int s) override { return {images_[s].data(), labels_[s].data(), encoded_[s].data()}; }
-  std::optional<int> try_acquire() override {
-    std::lock_guard<std::mutex> l(m_);
-    if (free_.empty()) return std::nullopt;
-    const int s = free_.back();
-    free_.pop_back();
-    return s;
-  }
-  std::optional<int> acquire() override { return try_acquire(); }
-  void release(int s, std::shared_ptr<Fence>) override {
-    std::lock_guard<std::mutex> l(m_);
-    free_.push_back(s);
-  }
-
- private:
-  std::vector<std::vector<uint8_t>> images_;
-  std::vector<std::vector<int64_t>> labels_;
-  std::vector<std::vector<EncodedImage>> encoded_;
-  std::vector<int> free_;
-  std::mutex m_;
-};
-
 // One epoch of the loader when the GPU decodes (data.decoder = "nvjpeg"): its workers read each file, parse its
 // header and draw its crop, and check the file with libjpeg first unless that was done before (Dataset::load).
 // Arg 0: 0 = a run's first epoch (nothing checked yet), 1 = a later epoch; Arg 1: LoaderOptions::check_threads
@@ -135,7 +105,7 @@ void BM_LoaderEpochGpuFiles(benchmark::State& state) {
     state.PauseTiming();
     const auto ds = std::make_shared<Dataset>(folder, t, true, BadImagePolicy::kSkip);
     if (state.range(0) == 1) ds->check_gpu_files(1);
-    EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+    pinfeed::test::EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
     state.ResumeTiming();
     Loader loader(ds, o, &arena);
     loader.start_epoch(0);

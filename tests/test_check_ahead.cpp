@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "data/sample_rng.h"
 #include "decode_cases.h"
+#include "encoded_arena.h"
 
 namespace pinfeed::data {
 namespace {
@@ -349,37 +350,6 @@ TEST(CheckAhead, ItsThreadsRunAtIdlePriority) {
   for (size_t i = 0; i < policies.size(); ++i) EXPECT_TRUE(policies[i] == SCHED_IDLE || nices[i] == 19);
 }
 
-// Host memory with room for what the GPU decodes, as the pipeline's ring gives it.
-class EncodedArena : public BatchArena {
- public:
-  EncodedArena(int slots, int64_t batch, size_t image_bytes)
-      : images_(slots, std::vector<uint8_t>(batch * image_bytes)), labels_(slots, std::vector<int64_t>(batch)),
-        encoded_(slots, std::vector<EncodedImage>(batch)) {
-    for (int i = 0; i < slots; ++i) free_.push_back(i);
-  }
-  int slots() const override { return static_cast<int>(images_.size()); }
-  BatchMemory memory(int s) override { return {images_[s].data(), labels_[s].data(), encoded_[s].data()}; }
-  std::optional<int> try_acquire() override {
-    std::lock_guard<std::mutex> l(m_);
-    if (free_.empty()) return std::nullopt;
-    const int s = free_.back();
-    free_.pop_back();
-    return s;
-  }
-  std::optional<int> acquire() override { return try_acquire(); }
-  void release(int s, std::shared_ptr<Fence>) override {
-    std::lock_guard<std::mutex> l(m_);
-    free_.push_back(s);
-  }
-
- private:
-  std::vector<std::vector<uint8_t>> images_;
-  std::vector<std::vector<int64_t>> labels_;
-  std::vector<std::vector<EncodedImage>> encoded_;
-  std::vector<int> free_;
-  std::mutex m_;
-};
-
 LoaderOptions loader_options(int check_threads) {
   LoaderOptions o;
   o.batch_size = 4;
@@ -419,7 +389,7 @@ TEST(LoaderCheckAhead, BatchesAreTheSameWithAndWithoutCheckingAhead) {
   for (int check_threads : {0, 3, 1}) {
     const auto ds = gpu_dataset(folder);
     const LoaderOptions o = loader_options(check_threads);
-    EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+    test::EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
     Loader loader(ds, o, &arena);
     EXPECT_EQ(loader.check_ahead() ? loader.check_ahead()->threads() : 0, check_threads);
     runs.push_back(run_epochs(loader, 3));
@@ -438,7 +408,7 @@ TEST(LoaderCheckAhead, OnlyALoaderOfGpuFilesChecksAheadByDefault) {
   cpu.size = 32;
   const auto cpu_ds = std::make_shared<Dataset>(folder, cpu, true, BadImagePolicy::kSkip);
   const auto gpu_ds = gpu_dataset(folder);
-  EncodedArena arena(5, 4, gpu_ds->image_bytes());
+  test::EncodedArena arena(5, 4, gpu_ds->image_bytes());
   const LoaderOptions o = loader_options(-1);
   {
     Loader loader(cpu_ds, o, &arena);
@@ -458,7 +428,7 @@ TEST(LoaderCheckAhead, WithTheWalkDoneTheWorkersCheckOnlyBadFiles) {
       LoaderOptions o = loader_options(2);
       o.shards = shards;
       o.shuffle = shuffle;
-      EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+      test::EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
       Loader loader(ds, o, &arena);
       ASSERT_NE(loader.check_ahead(), nullptr);
       loader.check_ahead()->wait();
@@ -488,7 +458,7 @@ TEST(LoaderCheckAhead, DestroyedMidEpochItJoinsItsCheckingThreads) {
   int64_t after = 0;
   {
     const LoaderOptions o = loader_options(2);
-    EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+    test::EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
     Loader loader(ds, o, &arena);
     loader.start_epoch(0);
     auto b = loader.next();
