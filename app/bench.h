@@ -20,7 +20,7 @@ struct BenchArgs {
   int warmup = 20;
   int steps = 100;
   std::string out;        // output folder; default runs/bench-<timestamp>
-  std::string reference;  // JSON written by scripts/reference_pytorch.py, shown alongside
+  std::string reference;  // --reference files (scripts/reference_pytorch.py, reference_dali.py), one per line
   std::string decoder;    // data.decoder, if given
   std::string trace_steps;  // "A-B": a trace of timed steps A-B of each row's first repeat, trace.<row>.json
   std::vector<std::string> overrides;
