@@ -22,8 +22,8 @@ namespace {
     TORCH_CHECK(status_ == CUDNN_STATUS_SUCCESS, #call " failed: ", cudnnGetErrorString(status_)); \
   } while (0)
 
-// The spatial mode that reads NHWC half-precision tensors in one persistent kernel; the plain spatial mode runs
-// several kernels and gains nothing over ATen's.
+// The spatial mode with cuDNN's NHWC kernels for half-precision tensors (one "semiPersist" kernel per call in a
+// trace on the H200). The plain spatial mode was not measured.
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 
 class TensorDesc {
