@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "model/batch_norm.h"
+#include "model/max_pool.h"
 #include "pipeline/gpu.h"
 #include "pipeline/host_ring.h"
 #include "pipeline/jpeg_decoder.h"
@@ -175,6 +176,23 @@ bool resolve_fused_bn(const Plan& p) {
   return false;
 }
 
+// model.max_pool = "pinfeed": its kernels run on CUDA and read and write channels_last (with a contiguous model
+// they would add two copies).
+bool resolve_stem_max_pool(const Plan& p) {
+  const Config& c = p.config;
+  if (c.model.max_pool != "pinfeed") return false;
+  std::string missing;
+  if (!p.device.is_cuda()) {
+    missing = "a CUDA device (device is " + p.device.str() + ")";
+  } else if (!p.channels_last) {
+    missing = "train.channels_last = true";
+  } else if (const std::string why = model::stem_max_pool_unavailable_reason(); !why.empty()) {
+    missing = why;
+  }
+  if (missing.empty()) return true;
+  throw ConfigError(location_of(c, "model.max_pool") + ": model.max_pool = \"pinfeed\" needs " + missing);
+}
+
 }  // namespace
 
 Plan resolve_plan(const Config& c, const DistEnv& dist) {
@@ -208,6 +226,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
     p.loss_scaling->growth_interval = c.train.loss_scale_growth_interval;
   }
   p.fused_bn = resolve_fused_bn(p);
+  p.stem_max_pool = resolve_stem_max_pool(p);
   if (p.device.is_cuda()) {
     gpu::set_device(p.device.index());
     p.compute_stream = gpu::current_stream(p.device);

@@ -31,6 +31,7 @@ struct Plan {
   std::optional<c10::ScalarType> autocast;  // bf16 or fp16 autocast of the forward pass (CUDA only); nullopt: none
   std::optional<LossScalerOptions> loss_scaling;  // fp16: dynamic loss scaling; nullopt: none
   bool fused_bn = false;  // model.fused_bn resolved: cuDNN's fused BatchNorm in training
+  bool stem_max_pool = false;  // model.max_pool resolved: pinfeed's max pool kernels in training
   bool channels_last = false;
   bool cuda_graph = false;
   bool cudnn_benchmark = true;

@@ -1,6 +1,7 @@
 #include "model/resnet.h"
 
 #include "model/batch_norm.h"
+#include "model/max_pool.h"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/pooling.h>
@@ -55,7 +56,8 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   return bn_add_relu(*bn3, conv3(out), identity, true, fused_bn_);
 }
 
-ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options) : fused_bn_(options.fused_bn) {
+ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
+    : fused_bn_(options.fused_bn), stem_max_pool_(options.stem_max_pool) {
   conv1 = register_module("conv1", conv(3, 64, 7, 2));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
   layer1 = register_module("layer1", make_layer(64, layers[0], 1));
@@ -95,7 +97,8 @@ void ResNetImpl::init_weights(bool zero_init_residual) {
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
   x = bn_add_relu(*bn1, conv1(x), {}, true, fused_bn_);
-  x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+  x = stem_max_pool_ && is_training() ? stem_max_pool(x)
+                                      : F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
   return fc(x);

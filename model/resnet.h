@@ -21,6 +21,9 @@ struct ResNetOptions {
   // In training mode, each BN with the ReLU and residual add after it runs as one cuDNN op (model/batch_norm.h):
   // CUDA, channels_last, bf16 or fp16 autocast. Evaluation and the parameter names are the same either way.
   bool fused_bn = false;
+  // In training, the stem's max pool by pinfeed's kernels (model/max_pool.h): CUDA tensors. The same values and
+  // gradients as ATen's; slower than ATen's so far, so off unless asked for (model.max_pool).
+  bool stem_max_pool = false;
 };
 
 class BottleneckImpl : public torch::nn::Module {
@@ -53,7 +56,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::nn::Sequential make_layer(int64_t planes, int64_t blocks, int64_t stride);
   void init_weights(bool zero_init_residual);
   int64_t in_planes_ = 64;
-  bool fused_bn_;
+  bool fused_bn_, stem_max_pool_;
 };
 TORCH_MODULE(ResNet);
 
