@@ -45,7 +45,7 @@ struct ModelConfig {
   int64_t num_classes = 0;  // 0: the number of class folders
   bool zero_init_residual = true;
   std::string fused_bn = "auto";  // auto | on | off: model/batch_norm.h in training (auto: CUDA, channels_last, bf16/fp16)
-  std::string max_pool = "aten";  // aten | pinfeed: the stem's max pool in training (pinfeed: model/max_pool.h)
+  std::string max_pool = "auto";  // auto | pinfeed | aten: the stem's max pool in training (pinfeed: model/max_pool.h)
 };
 
 struct TrainConfig {

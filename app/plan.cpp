@@ -176,11 +176,11 @@ bool resolve_fused_bn(const Plan& p) {
   return false;
 }
 
-// model.max_pool = "pinfeed": its kernels run on CUDA and read and write channels_last (with a contiguous model
-// they would add two copies).
+// model.max_pool: pinfeed's kernels run on CUDA and read and write channels_last (with a contiguous model they
+// would add two copies); "auto" takes them wherever they can run, "pinfeed" insists.
 bool resolve_stem_max_pool(const Plan& p) {
   const Config& c = p.config;
-  if (c.model.max_pool != "pinfeed") return false;
+  if (c.model.max_pool == "aten") return false;
   std::string missing;
   if (!p.device.is_cuda()) {
     missing = "a CUDA device (device is " + p.device.str() + ")";
@@ -190,7 +190,9 @@ bool resolve_stem_max_pool(const Plan& p) {
     missing = why;
   }
   if (missing.empty()) return true;
-  throw ConfigError(location_of(c, "model.max_pool") + ": model.max_pool = \"pinfeed\" needs " + missing);
+  if (c.model.max_pool == "auto") return false;
+  throw ConfigError(location_of(c, "model.max_pool") + ": model.max_pool = \"pinfeed\" needs " + missing +
+                    "; set \"auto\" to fall back to ATen's");
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #   PARITY_SEEDS      (default "0 1")   PARITY_THRESHOLD (default 1.0 points)   PARITY_CONFIG (default the above)
 #   PARITY_OVERRIDES  section.key=value overrides given to both sides (e.g. "train.epochs=2 train.device=cpu")
 #   PARITY_WORKERS    DataLoader workers of the reference (default: as pinfeed's decode threads, cores - 3)
+#   PARITY_SIDES      which sides run (default "pinfeed torchvision"); a side left out must have its runs'
+#                     JSON lines in OUT_DIR already (<side>-seed<N>.jsonl, from an earlier run of the same recipe)
 #   PYTHON            Python with torch and torchvision (default python3)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +29,7 @@ read -r -a seeds <<<"${PARITY_SEEDS:-0 1}"
 threshold=${PARITY_THRESHOLD:-1.0}
 classes=${PARITY_CLASSES:-24} train_n=${PARITY_TRAIN:-500} val_n=${PARITY_VAL:-100} size=${PARITY_SIZE:-320x256}
 read -r -a overrides <<<"${PARITY_OVERRIDES:-}"
+sides=" ${PARITY_SIDES:-pinfeed torchvision} "
 cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
 data=${PARITY_DATA:-$cache/datasets/parity-c$classes-t$train_n-v$val_n-$size-photo}
 log() { echo "[parity $(date +%H:%M:%S)] $*" >&2; }
@@ -43,6 +46,11 @@ fi
 
 pinfeed_files=() reference_files=()
 for seed in "${seeds[@]}"; do
+  if [[ $sides != *" pinfeed "* ]]; then
+    log "pinfeed, seed $seed: earlier run $out/pinfeed-seed$seed.jsonl"
+    pinfeed_files+=("$out/pinfeed-seed$seed.jsonl")
+    continue
+  fi
   run_dir=$out/pinfeed-seed$seed
   rm -rf "$run_dir"
   log "pinfeed, seed $seed"
@@ -55,6 +63,11 @@ for seed in "${seeds[@]}"; do
   log "pinfeed, seed $seed: $(($(date +%s) - t0)) s"
 done
 for seed in "${seeds[@]}"; do
+  if [[ $sides != *" torchvision "* ]]; then
+    log "torchvision reference, seed $seed: earlier run $out/torchvision-seed$seed.jsonl"
+    reference_files+=("$out/torchvision-seed$seed.jsonl")
+    continue
+  fi
   log "torchvision reference, seed $seed"
   t0=$(date +%s)
   PYTHONUNBUFFERED=1 "$python" "$repo/scripts/reference_train.py" --config "$config" "data.root=\"$data\"" \
@@ -65,7 +78,7 @@ for seed in "${seeds[@]}"; do
 done
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
-note="$(date -u +'%Y-%m-%d %H:%M UTC'), ${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${PARITY_OVERRIDES:+ with $PARITY_OVERRIDES}; data $(basename "$data") ($(find "$data/train" -type f | wc -l) train, $(find "$data/val" -type f 2>/dev/null | wc -l) val images); torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/parity.sh, $(($(date +%s) - start)) s for all runs."
+note="$(date -u +'%Y-%m-%d %H:%M UTC'), ${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${PARITY_OVERRIDES:+ with $PARITY_OVERRIDES}; data $(basename "$data") ($(find "$data/train" -type f | wc -l) train, $(find "$data/val" -type f 2>/dev/null | wc -l) val images); torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/parity.sh, $(($(date +%s) - start)) s for all runs${PARITY_SIDES:+ (run now: $PARITY_SIDES; the other side: earlier runs)}."
 log "all runs done in $(($(date +%s) - start)) s"
 status=0
 "$python" "$repo/scripts/plot_parity.py" --pinfeed "${pinfeed_files[@]}" --reference "${reference_files[@]}" \

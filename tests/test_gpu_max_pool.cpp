@@ -19,9 +19,10 @@ TEST(GpuStemMaxPool, OutputAndGradientEqualATensInEveryDtype) {
   at::manual_seed(8);
   namespace F = torch::nn::functional;
   for (const at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
-    // ResNet's stem at batch 16, an odd size, and few distinct values (ties everywhere).
+    // ResNet's stem at batch 16, odd sizes, and few distinct values (ties everywhere).
     for (const auto& [x0, ties] : {std::pair{at::randn({16, 64, 112, 112}), false},
                                    std::pair{at::randn({3, 8, 15, 17}), false},
+                                   std::pair{at::randn({2, 5, 9, 11}), false},  // channels not a 16-byte vector
                                    std::pair{at::randint(0, 4, {4, 64, 20, 20}), true}}) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + (ties ? " ties" : ""));
       const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);

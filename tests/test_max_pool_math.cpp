@@ -23,10 +23,10 @@ void expect_matches_aten(const at::Tensor& x, const at::Tensor& grad_y) {
   ASSERT_EQ(y_ref.size(2), oh_n);
   ASSERT_EQ(y_ref.size(3), ow_n);
   const float* in = x.data_ptr<float>();
-  const auto read = [&](int64_t ih, int64_t iw) { return in[ih * w + iw]; };
   std::vector<uint8_t> offsets(oh_n * ow_n);
   for (int64_t oh = 0; oh < oh_n; ++oh) {
     for (int64_t ow = 0; ow < ow_n; ++ow) {
+      const auto read = [&](int kh, int kw) { return in[(oh * 2 - 1 + kh) * w + (ow * 2 - 1 + kw)]; };
       float max;
       window_max(read, h, w, oh, ow, &max, &offsets[oh * ow_n + ow]);
       const float want = y_ref[0][0][oh][ow].item<float>();
@@ -42,10 +42,16 @@ void expect_matches_aten(const at::Tensor& x, const at::Tensor& grad_y) {
   const at::Tensor gx_ref = at::max_pool2d_with_indices_backward(grad_y.view({1, 1, oh_n, ow_n}), x.view({1, 1, h, w}),
                                                                  {3, 3}, {2, 2}, {1, 1}, {1, 1}, false, idx_ref);
   const float* gy = grad_y.data_ptr<float>();
-  const auto grad = [&](int64_t oh, int64_t ow) { return gy[oh * ow_n + ow]; };
-  const auto offset = [&](int64_t oh, int64_t ow) { return static_cast<int>(offsets[oh * ow_n + ow]); };
   for (int64_t ih = 0; ih < h; ++ih) {
     for (int64_t iw = 0; iw < w; ++iw) {
+      int64_t oh_first, ow_first;
+      int oh_count, ow_count;
+      windows_over(ih, oh_n, &oh_first, &oh_count);
+      windows_over(iw, ow_n, &ow_first, &ow_count);
+      ASSERT_TRUE(oh_count >= 1 && oh_count <= 2 && ow_count >= 1 && ow_count <= 2) << ih << "," << iw;
+      const auto at = [&](int dh, int dw) { return (oh_first + dh) * ow_n + (ow_first + dw); };
+      const auto grad = [&](int dh, int dw) { return gy[at(dh, dw)]; };
+      const auto offset = [&](int dh, int dw) { return static_cast<int>(offsets[at(dh, dw)]); };
       EXPECT_NEAR(input_grad(grad, offset, oh_n, ow_n, ih, iw), gx_ref[0][0][ih][iw].item<float>(), 1e-5)
           << ih << "," << iw;
     }

@@ -44,10 +44,12 @@ TEST(Plan, Fp16NeedsCudaAndCarriesTheLossScaleOptions) {
   EXPECT_FALSE(fp32.loss_scaling.has_value());
 }
 
-TEST(Plan, PinfeedsMaxPoolNeedsCudaAndChannelsLast) {
-  EXPECT_FALSE(resolve_plan(cpu_config()).stem_max_pool);  // default: ATen's
+TEST(Plan, PinfeedsMaxPoolIsTakenWhereItCanRunAndRefusedElsewhereIfAskedFor) {
+  EXPECT_FALSE(resolve_plan(cpu_config()).stem_max_pool);  // auto, on the CPU: ATen's
+  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).stem_max_pool);
   const auto e = plan_error(cpu_config({"model.max_pool=\"pinfeed\""}));
   EXPECT_NE(e.find("model.max_pool = \"pinfeed\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
+  EXPECT_NE(e.find("set \"auto\""), std::string::npos) << e;
 }
 
 TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {

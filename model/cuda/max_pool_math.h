@@ -1,6 +1,8 @@
 // The per-element arithmetic of ResNet's stem max pool (3x3 window, stride 2, padding 1) for the kernels in
 // max_pool.cu, written once for the device and the host so that a CPU test checks it against ATen's max pool.
-// No CUDA types: PINFEED_HD marks the functions __host__ __device__ under nvcc.
+// No CUDA types: PINFEED_HD marks the functions __host__ __device__ under nvcc. The index type I is a template
+// parameter: the kernels use 32-bit indices where the tensors allow it (64-bit division is many instructions on
+// a GPU). The loops have constant trip counts so that, unrolled, the kernels keep the window in registers.
 #pragma once
 
 #include <cmath>  // INFINITY
@@ -11,29 +13,36 @@
 #else
 #define PINFEED_HD
 #endif
+#ifdef __CUDA_ARCH__  // the device pass only: the host compiler does not know the pragma
+#define PINFEED_UNROLL _Pragma("unroll")
+#else
+#define PINFEED_UNROLL
+#endif
 
 namespace pinfeed::model::pool {
 
 constexpr int kWindow = 3, kStride = 2, kPad = 1;
 
-PINFEED_HD inline int64_t out_size(int64_t in) { return (in + 2 * kPad - kWindow) / kStride + 1; }
+template <class I>
+PINFEED_HD inline I out_size(I in) {
+  return (in + 2 * kPad - kWindow) / kStride + 1;
+}
 
 // The max of output (oh, ow)'s window and the offset kh * 3 + kw of the element that gave it, as ATen's max pool
 // picks it: scanning rows then columns, a larger value or a NaN replaces the max, so ties keep the first and a
-// NaN wins; a window of -inf keeps its first element. in(ih, iw) reads the input as float.
-template <class In>
-PINFEED_HD inline void window_max(const In& in, int64_t h, int64_t w, int64_t oh, int64_t ow, float* max_out,
-                                  uint8_t* offset_out) {
-  const int64_t h0 = oh * kStride - kPad, w0 = ow * kStride - kPad;
+// NaN wins; a window of -inf keeps its first element. in(kh, kw) reads the window's element as float; it is
+// called only for elements inside the h x w input.
+template <class I, class In>
+PINFEED_HD inline void window_max(const In& in, I h, I w, I oh, I ow, float* max_out, uint8_t* offset_out) {
+  const I h0 = oh * kStride - kPad, w0 = ow * kStride - kPad;
   float max = -INFINITY;
   int offset = -1;
+PINFEED_UNROLL
   for (int kh = 0; kh < kWindow; ++kh) {
-    const int64_t ih = h0 + kh;
-    if (ih < 0 || ih >= h) continue;
+PINFEED_UNROLL
     for (int kw = 0; kw < kWindow; ++kw) {
-      const int64_t iw = w0 + kw;
-      if (iw < 0 || iw >= w) continue;
-      const float v = in(ih, iw);
+      if (h0 + kh < 0 || h0 + kh >= h || w0 + kw < 0 || w0 + kw >= w) continue;
+      const float v = in(kh, kw);
       if (offset < 0 || v > max || v != v) {  // v != v: NaN
         max = v;
         offset = kh * kWindow + kw;
@@ -44,21 +53,33 @@ PINFEED_HD inline void window_max(const In& in, int64_t h, int64_t w, int64_t oh
   *offset_out = static_cast<uint8_t>(offset);
 }
 
+// The first of the (one or two) output rows whose window holds input row i, and how many there are: output row o
+// covers input rows 2 o - 1 .. 2 o + 1. The same for columns.
+template <class I>
+PINFEED_HD inline void windows_over(I i, I out_n, I* first, int* count) {
+  const I lo = i + kPad - (kWindow - 1) <= 0 ? 0 : (i + kPad - (kWindow - 1) + kStride - 1) / kStride;
+  const I hi = (i + kPad) / kStride < out_n - 1 ? (i + kPad) / kStride : out_n - 1;
+  *first = lo;
+  *count = static_cast<int>(hi - lo + 1);
+}
+
 // The gradient of input (ih, iw): the sum of the output gradients of the windows (at most 2 x 2) whose max it
-// gave. grad(oh, ow) reads the output gradient as float, offset(oh, ow) the window's offset.
-template <class Grad, class Offset>
-PINFEED_HD inline float input_grad(const Grad& grad, const Offset& offset, int64_t out_h, int64_t out_w, int64_t ih,
-                                   int64_t iw) {
-  // Output row oh covers input rows 2 oh - 1 .. 2 oh + 1.
-  const int64_t oh_first = ih + kPad - (kWindow - 1) <= 0 ? 0 : (ih + kPad - (kWindow - 1) + kStride - 1) / kStride;
-  const int64_t oh_last = (ih + kPad) / kStride < out_h - 1 ? (ih + kPad) / kStride : out_h - 1;
-  const int64_t ow_first = iw + kPad - (kWindow - 1) <= 0 ? 0 : (iw + kPad - (kWindow - 1) + kStride - 1) / kStride;
-  const int64_t ow_last = (iw + kPad) / kStride < out_w - 1 ? (iw + kPad) / kStride : out_w - 1;
+// gave. grad(dh, dw) and offset(dh, dw) read the output gradient (as float) and the window offset of output
+// (oh_first + dh, ow_first + dw), with oh_first, ow_first from windows_over.
+template <class I, class Grad, class Offset>
+PINFEED_HD inline float input_grad(const Grad& grad, const Offset& offset, I out_h, I out_w, I ih, I iw) {
+  I oh_first, ow_first;
+  int oh_count, ow_count;
+  windows_over(ih, out_h, &oh_first, &oh_count);
+  windows_over(iw, out_w, &ow_first, &ow_count);
   float sum = 0;
-  for (int64_t oh = oh_first; oh <= oh_last; ++oh) {
-    for (int64_t ow = ow_first; ow <= ow_last; ++ow) {
-      const int64_t kh = ih - (oh * kStride - kPad), kw = iw - (ow * kStride - kPad);
-      if (offset(oh, ow) == kh * kWindow + kw) sum += grad(oh, ow);
+PINFEED_UNROLL
+  for (int dh = 0; dh < 2; ++dh) {
+PINFEED_UNROLL
+    for (int dw = 0; dw < 2; ++dw) {
+      if (dh >= oh_count || dw >= ow_count) continue;
+      const I kh = ih - ((oh_first + dh) * kStride - kPad), kw = iw - ((ow_first + dw) * kStride - kPad);
+      if (offset(dh, dw) == kh * kWindow + kw) sum += grad(dh, dw);
     }
   }
   return sum;
