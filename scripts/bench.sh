@@ -55,12 +55,12 @@ for c in $configs; do
     "$bin" bench --config configs/bench_resnet50.toml --repeats "$repeats" --warmup "$warmup" --steps "$steps" \
       --out "$out/$c" "data.root=\"$data\"" $(overrides_for "$c")
   fi
-  if [[ " $parts " == *" uint8 "* ]]; then  # issue 5: raw pixels over PCIe, normalised on the GPU
+  if [[ " $parts " == *" uint8 "* ]]; then  # raw pixels over PCIe, normalised on the GPU
     "$bin" bench --config configs/bench_resnet50.toml --repeats "$repeats" --warmup "$warmup" --steps "$steps" \
       --modes dual_stream,gpu_resident,loader_only --out "$out/$c-uint8" "data.root=\"$data\"" \
       pipeline.transfer_dtype=uint8 $(overrides_for "$c")
   fi
-  if [[ " $parts " == *" graph "* ]]; then  # issue 5: uint8 + the training step replayed as a CUDA graph
+  if [[ " $parts " == *" graph "* ]]; then  # uint8 + the training step replayed as a CUDA graph
     "$bin" bench --config configs/bench_resnet50.toml --repeats "$repeats" --warmup "$warmup" --steps "$steps" \
       --modes dual_stream,gpu_resident --out "$out/$c-graph" "data.root=\"$data\"" \
       pipeline.transfer_dtype=uint8 train.cuda_graph=true $(overrides_for "$c")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The decoder curve of issue 11: samples/s against CPU threads for pinfeed's CPU decoder, pinfeed's GPU decoder
+# The decoder curve: samples/s against CPU threads for pinfeed's CPU decoder, pinfeed's GPU decoder
 # (nvJPEG) and NVIDIA DALI (mixed and cpu decoders), same files, one machine, one after the other; then the chart.
 #   usage: scripts/bench_decoder_curve.sh CONFIG OUT_DIR [section.key=value ...]   (overrides go to pinfeed)
 #   THREADS (default "1 2 4 8 13"), REPEATS (2), WARMUP (10), STEPS (40), PINFEED_BIN (build/app/pinfeed),

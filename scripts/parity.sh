@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Accuracy parity (issue 12): trains pinfeed and the torchvision reference (scripts/reference_train.py) with one
+# Accuracy parity: trains pinfeed and the torchvision reference (scripts/reference_train.py) with one
 # recipe, configs/parity_resnet50.toml, on one generated dataset, two seeds each, one run after the other; then
 # scripts/plot_parity.py writes parity.png, parity.md and parity.json and fails (exit 1) when the mean final
 # val top-1 of the two differs by more than PARITY_THRESHOLD points. About 6 minutes on one H200.

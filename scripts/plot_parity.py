@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Accuracy parity of pinfeed and the torchvision reference (issue 12): curves, table and the verdict.
+"""Accuracy parity of pinfeed and the torchvision reference: curves, table and the verdict.
 
 usage: plot_parity.py --pinfeed P0.jsonl P1.jsonl --reference R0.jsonl R1.jsonl [--seeds 0 1] --out-dir DIR
                       [--threshold 1.0] [--note TEXT]

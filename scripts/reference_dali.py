@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""NVIDIA DALI feeding torchvision ResNet-50 training: a comparison peer of `pinfeed bench` (issue 11).
+"""NVIDIA DALI feeding torchvision ResNet-50 training: a comparison peer of `pinfeed bench`.
 
 Measured exactly as scripts/reference_pytorch.py measures (its time_training is reused, not copied): per repeat
 W warm-up steps, then N timed steps; samples/s over synchronised wall time; wait = host time spent getting the

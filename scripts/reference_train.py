@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains torchvision's ResNet-50 with the recipe of a pinfeed config, for the accuracy comparison (issue 12).
+"""Trains torchvision's ResNet-50 with the recipe of a pinfeed config, for the accuracy comparison.
 
     reference_train.py --config configs/parity_resnet50.toml [section.key=value ...] --out metrics.jsonl
 

@@ -1,4 +1,4 @@
-"""The torchvision side of the accuracy comparison follows pinfeed's recipe (issue 12):
+"""The torchvision side of the accuracy comparison follows pinfeed's recipe:
 
 - scripts/reference_train.py reads configs/parity_resnet50.toml plus overrides into the same values that
   `pinfeed train` resolves (its run folder's config.toml), every key pinfeed has, defaults included (a key

@@ -1,4 +1,4 @@
-"""scripts/reference_dali.py without a GPU (issue 11): its help and options work without DALI, --sweep makes
+"""scripts/reference_dali.py without a GPU: its help and options work without DALI, --sweep makes
 the threads x decoder grid (mixed at each hw_decoder_load, cpu once), --device cpu refuses the mixed decoder, and
 without an importable DALI it exits 3 with the pip command to run instead of a traceback.
 
