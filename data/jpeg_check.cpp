@@ -37,9 +37,8 @@ void check_jpeg(const uint8_t* data, size_t size, int64_t max_pixels, std::vecto
   const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
   if (buffer.size() < stride) buffer.resize(stride);
   // A skip entropy-decodes the rows it passes, but one to the very bottom reads nothing: stop one row short.
-  const JDIMENSION last = cinfo.output_height - 1;
-  if (last > 0) jpeg_skip_scanlines(&cinfo, last);
   JSAMPROW row = buffer.data();
+  jpeg::skip_rows(&cinfo, cinfo.output_height - 1, row);
   jpeg_read_scanlines(&cinfo, &row, 1);
   jpeg_finish_decompress(&cinfo);  // reads the markers up to end-of-image
   jpeg_destroy_decompress(&cinfo);

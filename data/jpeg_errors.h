@@ -48,4 +48,20 @@ inline void install(jpeg_decompress_struct* cinfo, ErrorManager* err) {
 // peeked one, is what libjpeg would allocate for. (jpeg_check.cpp)
 void open_within_limit(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, int64_t max_pixels);
 
+// jpeg_skip_scanlines(cinfo, rows), where libjpeg-turbo's skip is known to terminate; else the rows are decoded
+// one by one into `row` (room for one output row) and dropped. With 4x vertical sampling (luma sampled 1x4 or
+// 2x4, progressive) libjpeg-turbo 2.1.5's skip loops for ever on some crops, and a corrupted header byte can
+// declare such sampling: the skip is used only for sampling factors of 1 and 2, which are what real cameras and
+// encoders write (4:4:4, 4:2:2, 4:2:0, 4:4:0). Reading instead of skipping costs the IDCT and colour conversion
+// of the rows passed. Call after jpeg_start_decompress; libjpeg's errors longjmp to the caller's setjmp.
+inline void skip_rows(jpeg_decompress_struct* cinfo, JDIMENSION rows, JSAMPROW row) {
+  if (rows == 0) return;
+  if (cinfo->max_v_samp_factor <= 2 && cinfo->max_h_samp_factor <= 2) {
+    jpeg_skip_scanlines(cinfo, rows);
+    return;
+  }
+  const JDIMENSION end = cinfo->output_scanline + rows;
+  while (cinfo->output_scanline < end) jpeg_read_scanlines(cinfo, &row, 1);
+}
+
 }  // namespace pinfeed::data::jpeg

@@ -34,11 +34,12 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, const cv::Rect& box, i
   const int x0 = scaled.x, y0 = scaled.y, w = scaled.w, h = scaled.h;
   JDIMENSION xoffset = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(w);
   jpeg_crop_scanline(&cinfo, &xoffset, &width);  // widens to iMCU boundaries
-  if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
 
   const int region_w = static_cast<int>(cinfo.output_width);  // now the cropped width
   const size_t stride = static_cast<size_t>(region_w) * 3;
   if (buffer.size() < stride * (h + 1)) buffer.resize(stride * (h + 1));  // + 1: the last image row, below
+  JSAMPROW spare = buffer.data() + stride * h;
+  jpeg::skip_rows(&cinfo, static_cast<JDIMENSION>(y0), spare);
   while (cinfo.output_scanline < static_cast<JDIMENSION>(y0 + h)) {
     JSAMPROW row = buffer.data() + stride * (cinfo.output_scanline - y0);
     jpeg_read_scanlines(&cinfo, &row, 1);
@@ -47,11 +48,8 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, const cv::Rect& box, i
   // colour conversion), except a skip to the very bottom, which libjpeg short-cuts without reading anything. So:
   // skip to the last row, read that one, and let finish_decompress read the markers up to end-of-image.
   const JDIMENSION last = cinfo.output_height - 1;
-  if (cinfo.output_scanline < last) jpeg_skip_scanlines(&cinfo, last - cinfo.output_scanline);
-  if (cinfo.output_scanline == last) {
-    JSAMPROW row = buffer.data() + stride * h;
-    jpeg_read_scanlines(&cinfo, &row, 1);
-  }
+  if (cinfo.output_scanline < last) jpeg::skip_rows(&cinfo, last - cinfo.output_scanline, spare);
+  if (cinfo.output_scanline == last) jpeg_read_scanlines(&cinfo, &spare, 1);
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   if (err.base.num_warnings > 0) throw std::runtime_error(std::string("libjpeg: ") + err.first_warning);

@@ -28,6 +28,10 @@ enum class Libjpeg {
   kRgb,           // RGB stored as is (Adobe marker, transform 0)
   kMultiScan,     // baseline, one scan per component (non-interleaved)
   kExtended,      // extended sequential (SOF1): quantisation tables over 255, at quality 5
+  // Progressive with 4x vertical luma sampling: luma 2x4 over chroma 1x1, and luma 1x4 over chroma 1x2. Valid
+  // files that libjpeg-turbo 2.1.5's jpeg_skip_scanlines loops on for ever.
+  kProgressiveH2V4,
+  kProgressiveH1V4,
 };
 
 inline Bytes encode_libjpeg(const cv::Mat& bgr, Libjpeg kind) {
@@ -47,6 +51,16 @@ inline Bytes encode_libjpeg(const cv::Mat& bgr, Libjpeg kind) {
   jpeg_set_quality(&cinfo, kind == Libjpeg::kExtended ? 5 : 90, /*force_baseline=*/kind != Libjpeg::kExtended);
   if (kind == Libjpeg::kRgb) jpeg_set_colorspace(&cinfo, JCS_RGB);
   if (!cmyk) cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;  // 4:4:4
+  if (kind == Libjpeg::kProgressiveH2V4 || kind == Libjpeg::kProgressiveH1V4) {
+    const bool h2 = kind == Libjpeg::kProgressiveH2V4;
+    cinfo.comp_info[0].h_samp_factor = h2 ? 2 : 1;
+    cinfo.comp_info[0].v_samp_factor = 4;
+    for (int c = 1; c < 3; ++c) {
+      cinfo.comp_info[c].h_samp_factor = 1;
+      cinfo.comp_info[c].v_samp_factor = h2 ? 1 : 2;
+    }
+    jpeg_simple_progression(&cinfo);
+  }
   jpeg_scan_info scans[3];
   if (kind == Libjpeg::kMultiScan) {
     for (int c = 0; c < 3; ++c) scans[c] = {1, {c, 0, 0, 0}, 0, 63, 0, 0};
@@ -153,6 +167,8 @@ inline std::vector<Case> unusual_valid_files() {
       {"grayscale", encode(gray, ".jpg")},
       {"restart_markers", encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})},
       {"sampling_444", encode_libjpeg(img, Libjpeg::k444)},
+      {"progressive_h2v4", encode_libjpeg(img, Libjpeg::kProgressiveH2V4)},
+      {"progressive_h1v4", encode_libjpeg(img, Libjpeg::kProgressiveH1V4)},
       {"cmyk", encode_libjpeg(img, Libjpeg::kCmyk)},
       {"exif_orientation", with_exif(encode(img, ".jpg"))},
       {"bytes_after_eoi", trailing},

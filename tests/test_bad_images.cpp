@@ -17,6 +17,7 @@
 #include "data/dataset.h"
 #include "data/error.h"
 #include "data/jpeg_check.h"
+#include "data/jpeg_region.h"
 #include "data/transforms.h"
 #include "image_cases.h"
 #include "test_util.h"
@@ -260,6 +261,28 @@ TEST(BadImages, FailPolicyNamesTheFileAndTheReason) {
   const std::string not_jpeg = test::message_of<DataError>([&] { reader.load(1, 0, 0); });
   EXPECT_NE(not_jpeg.find(folder.samples[1].path), std::string::npos) << not_jpeg;
   EXPECT_EQ(ds.distinct_bad_images(), 2);  // recorded under fail too, for the run folder's list
+}
+
+// Progressive files with 4x vertical luma sampling made libjpeg-turbo 2.1.5's jpeg_skip_scanlines loop for ever
+// on some crops. Every crop row and height must decode, and give the rows a full decode gives.
+TEST(BadImages, ProgressiveFourTimesVerticalSamplingDecodesEveryCrop) {
+  const cv::Mat img = test::noise_image(120, 96);
+  for (const auto kind : {test::Libjpeg::kProgressiveH2V4, test::Libjpeg::kProgressiveH1V4}) {
+    const Bytes jpg = test::encode_libjpeg(img, kind);
+    std::vector<uint8_t> full_buffer, buffer;
+    JpegRegion full;
+    ASSERT_TRUE(decode_jpeg_region(jpg.data(), jpg.size(), cv::Rect(0, 0, img.cols, img.rows), 1, 0, full_buffer, &full));
+    for (int y = 0; y < img.rows; y += 3) {
+      for (const int h : {1, 7, 33}) {
+        if (y + h > img.rows) continue;
+        const cv::Rect box(17, y, 50, h);
+        JpegRegion part;
+        ASSERT_TRUE(decode_jpeg_region(jpg.data(), jpg.size(), box, 1, 0, buffer, &part));
+        const cv::Mat got = part.pixels(part.crop), want = full.pixels(box);
+        EXPECT_EQ(cv::norm(got, want, cv::NORM_INF), 0) << "rows " << y << "+" << h;
+      }
+    }
+  }
 }
 
 }  // namespace
