@@ -69,12 +69,12 @@ void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, D
   SampleRng rng(stream_seed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
   if (encoded) {
     encoded->kind = GpuDecode::kNone;
-    read_file(folder_.samples[index].path, encoded->bytes);
+    read_file(folder_.samples[index].path, encoded->bytes, transform_.max_file_bytes);
     if (stage_for_gpu(index, rng, scratch, encoded)) return;
     decode_into(encoded->bytes.data(), encoded->bytes.size(), train_, transform_, rng, scratch, dst);
     return;
   }
-  read_file(folder_.samples[index].path, scratch.file);
+  read_file(folder_.samples[index].path, scratch.file, transform_.max_file_bytes);
   decode_into(scratch.file.data(), scratch.file.size(), train_, transform_, rng, scratch, dst);
 }
 
@@ -82,7 +82,7 @@ bool Dataset::check_gpu_file(int64_t index, DecodeScratch& scratch) const {
   if (!checked_ || !gpu_takes(index, transform_.gpu_share)) return false;
   if (checked_[index].load(std::memory_order_acquire) != 0) return true;
   try {
-    read_file(folder_.samples[index].path, scratch.file);
+    read_file(folder_.samples[index].path, scratch.file, transform_.max_file_bytes);
     JpegInfo info;
     return checked_gpu_kind(index, scratch.file, &info, scratch.region, &checks_ahead_) != GpuDecode::kNone;
   } catch (const std::exception&) {

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdexcept>
 
 #include <opencv2/core.hpp>
@@ -230,22 +233,35 @@ void decode_box_into(const uint8_t* file, size_t file_size, const CropBox& box, 
   decode(file, file_size, false, o, nullptr, &box, scratch, dst);
 }
 
-void read_file(const std::string& path, std::vector<uint8_t>& out) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error(std::string("cannot open: ") + std::strerror(errno));
-  std::fseek(f, 0, SEEK_END);
-  const long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  if (size < 0) {
-    std::fclose(f);
-    throw std::runtime_error("cannot size file");
+void read_file(const std::string& path, std::vector<uint8_t>& out, int64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one. No effect on regular files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("cannot open: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw std::runtime_error(std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    throw std::runtime_error(S_ISFIFO(st.st_mode)  ? "not a regular file (a FIFO)"
+                             : S_ISSOCK(st.st_mode) ? "not a regular file (a socket)"
+                                                    : "not a regular file (a device)");
   }
-  out.resize(static_cast<size_t>(size));
-  const size_t got = size ? std::fread(out.data(), 1, out.size(), f) : 0;
-  const int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  if (got != out.size()) throw std::runtime_error(std::string("short read: ") + (err ? std::strerror(err) : "EOF"));
-  if (out.empty()) throw std::runtime_error("empty file");
+  if (max_bytes > 0 && st.st_size > max_bytes) {
+    throw std::runtime_error("file of " + std::to_string(st.st_size) + " bytes, over the limit of " +
+                             std::to_string(max_bytes) + " (data.max_file_mb)");
+  }
+  if (st.st_size == 0) throw std::runtime_error("empty file");
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("read error: ") + std::strerror(errno));
+    if (n == 0) throw std::runtime_error("short read: the file shrank while being read");
+    got += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace pinfeed::data

@@ -34,6 +34,10 @@ struct TransformOptions {
   // decode. 100 MP is well above the camera photos of ImageNet-like datasets and bounds a full decode at 300 MB
   // of BGR per worker (Pillow refuses at 179 MP, 2x its warning level; we leave less room). 0: no limit.
   int64_t max_image_pixels = 100'000'000;
+  // Files larger than this are refused from their size, before a byte is read, as bad images: a file is read whole
+  // into memory, so a multi-gigabyte file (or a sparse one) would otherwise cost its size per worker. 256 MiB is
+  // far above any 100 MP JPEG or PNG a camera writes. 0: no limit.
+  int64_t max_file_bytes = int64_t{256} << 20;
   PixelFormat format = PixelFormat::kFloat32Chw;
   // data.decoder = "nvjpeg": JPEGs the GPU takes are left encoded for it (Dataset::load fills an EncodedImage),
   // the rest are decoded here as usual. Needs format kUint8Hwc: those cross as uint8, and the device's one kernel
@@ -102,7 +106,9 @@ void decode_into(const uint8_t* file, size_t file_size, bool train, const Transf
 void decode_box_into(const uint8_t* file, size_t file_size, const CropBox& box, const TransformOptions& options,
                      DecodeScratch& scratch, void* dst);
 
-// Reads a whole file into `out`; throws std::runtime_error with the OS error.
-void read_file(const std::string& path, std::vector<uint8_t>& out);
+// Reads a whole regular file into `out`; throws std::runtime_error with the OS error, for anything that is not a
+// regular file (a FIFO, a device, a socket: reading one could block for ever or never end), and for a file over
+// max_bytes (0: no limit) before reading it.
+void read_file(const std::string& path, std::vector<uint8_t>& out, int64_t max_bytes = 0);
 
 }  // namespace pinfeed::data

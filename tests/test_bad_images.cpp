@@ -8,11 +8,14 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <jpeglib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
 #include "data/error.h"
@@ -211,6 +214,30 @@ TEST(BadImages, SameBadFileLoadedManyTimesIsRecordedOnce) {
   reader.load(1, 0, 5);
   EXPECT_TRUE(ds.take_new_bad_images().empty());  // already taken, not found anew
   EXPECT_EQ(ds.distinct_bad_images(), 1);
+}
+
+// An image replaced after the scan by a FIFO (no writer: a read would wait for ever) or by a huge sparse file
+// (read whole, it would cost its size in memory) is refused as a bad image from what fstat says, before any read.
+TEST(BadImages, FifoAndOversizedFilesAreRefusedBeforeAnyRead) {
+  const std::string root = test::make_dataset("not_regular", 1, 3, 1, 32);
+  ImageFolder folder = scan_image_folder(root, "train");
+  ASSERT_EQ(std::remove(folder.samples[0].path.c_str()), 0);
+  ASSERT_EQ(::mkfifo(folder.samples[0].path.c_str(), 0600), 0);
+  {
+    std::ofstream huge(folder.samples[1].path, std::ios::trunc | std::ios::binary);
+  }
+  ASSERT_EQ(::truncate(folder.samples[1].path.c_str(), (int64_t{300} << 20)), 0);  // sparse: no disk used
+  TransformOptions o;
+  o.size = 16;
+  Dataset ds(folder, o, true, BadImagePolicy::kSkip);
+  test::SampleReader reader(ds);
+  EXPECT_GE(reader.load(0, 0, 0), 1);  // bad loads, replacements that met the other bad file included
+  EXPECT_GE(reader.load(1, 0, 0), 1);
+  std::map<std::string, std::string> reasons;
+  for (const BadImage& b : ds.take_new_bad_images()) reasons[b.path] = b.reason;
+  EXPECT_EQ(reasons[folder.samples[0].path], "not a regular file (a FIFO)");
+  EXPECT_NE(reasons[folder.samples[1].path].find("over the limit of 268435456 (data.max_file_mb)"), std::string::npos)
+      << reasons[folder.samples[1].path];
 }
 
 TEST(BadImages, BadReplacementsAreRecordedOnceEach) {
