@@ -20,6 +20,12 @@ parts=${BENCH_PARTS:-pinfeed uint8 graph reference plot}
 configs=${BENCH_CONFIGS:-bs64-tf32 bs64-bf16-cl bs256-bf16-cl}
 repeats=${REPEATS:-3} warmup=${WARMUP:-20} steps=${STEPS:-100}
 python=${PYTHON:-python3}
+# The charts come last: find out now, not after the runs, that they cannot be drawn.
+if [[ " $parts " == *" plot "* ]] && ! "$python" -c 'import matplotlib' 2>/dev/null; then
+  echo "error: $python cannot import matplotlib for the charts (scripts/setup.sh installs it into its venv;" \
+    "PYTHON=that venv's python), or leave \"plot\" out of BENCH_PARTS" >&2
+  exit 3
+fi
 
 if [ ! -f "$data/.complete" ] && [ -z "${PINFEED_BENCH_DATA:-}" ]; then
   echo "[bench] generating photo-like JPEGs in $data" >&2

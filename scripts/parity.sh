@@ -13,7 +13,7 @@
 #   PARITY_WORKERS    DataLoader workers of the reference (default: as pinfeed's decode threads, cores - 3)
 #   PARITY_SIDES      which sides run (default "pinfeed torchvision"); a side left out must have its runs'
 #                     JSON lines in OUT_DIR already (<side>-seed<N>.jsonl, from an earlier run of the same recipe)
-#   PYTHON            Python with torch and torchvision (default python3)
+#   PYTHON            Python with torch, torchvision and matplotlib (default python3)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:?usage: scripts/parity.sh PINFEED_BIN OUT_DIR}
@@ -35,6 +35,8 @@ data=${PARITY_DATA:-$cache/datasets/parity-c$classes-t$train_n-v$val_n-$size-pho
 log() { echo "[parity $(date +%H:%M:%S)] $*" >&2; }
 
 "$python" -c 'import torch, torchvision' || { echo "error: $python cannot import torch and torchvision" >&2; exit 2; }
+"$python" -c 'import matplotlib' 2>/dev/null ||
+  { echo "error: $python cannot import matplotlib for parity.png (scripts/setup.sh installs it into its venv)" >&2; exit 2; }
 start=$(date +%s)
 if [ -z "${PARITY_DATA:-}" ] && [ ! -f "$data/.complete" ]; then
   log "generating $classes classes x ($train_n train + $val_n val) photo-like ${size} JPEGs in $data"

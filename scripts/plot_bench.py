@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Combined table (markdown, CSV) and chart (PNG) from `pinfeed bench` and scripts/reference_pytorch.py output.
 
-usage: plot_bench.py OUT_DIR CONFIG [CONFIG ...]
+usage: plot_bench.py [--no-charts] OUT_DIR CONFIG [CONFIG ...]
 reads OUT_DIR/CONFIG/bench.json, OUT_DIR/CONFIG/reference.json (optional), OUT_DIR/CONFIG/dali.json (optional,
 scripts/reference_dali.py: its rows join the table), OUT_DIR/CONFIG-uint8/bench.json (optional); writes OUT_DIR/results.md, OUT_DIR/results.csv and OUT_DIR/CONFIG.png.
+Without matplotlib it exits 3 before writing anything, unless --no-charts asks for the tables alone.
 """
 import json
 import os
@@ -84,7 +85,23 @@ def chart(config, rows, path):
 
 
 def main():
-    out, configs = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    charts = "--no-charts" not in args
+    args = [a for a in args if a != "--no-charts"]
+    if len(args) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out, configs = args[0], args[1:]
+    if not os.path.isdir(out):
+        print(f"error: {out} is not a folder of bench results", file=sys.stderr)
+        return 2
+    if charts:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print(f"error: cannot draw the charts: matplotlib is missing from {sys.executable} (scripts/setup.sh "
+                  "installs it into its venv); --no-charts writes the tables alone", file=sys.stderr)
+            return 3
     md, csv = [], ["config,implementation,mode,repeat,samples_per_s,wait_ms_p50,wait_ms_mean,gpu_idle"]
     for c in configs:
         pin = load(os.path.join(out, c, "bench.json"))
@@ -101,10 +118,8 @@ def main():
             for i, v in enumerate(r["samples_per_s"]):
                 csv.append(",".join(str(x) for x in [c, r["label"], r["mode"], i + 1, v, r["wait_ms_p50"][i],
                                                       r["wait_ms_mean"][i], r["gpu_idle"][i]]).replace("None", ""))
-        try:
+        if charts:
             chart(c, rows, os.path.join(out, c + ".png"))
-        except ImportError:
-            print("matplotlib missing: no chart", file=sys.stderr)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(md))
     with open(os.path.join(out, "results.csv"), "w") as f:
@@ -113,4 +128,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

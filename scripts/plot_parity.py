@@ -9,7 +9,8 @@ writes (the same fields: epoch, train_loss, val_top1, val_top5 as fractions, sam
 file of each side is seed i. Writes DIR/parity.png (val top-1 and train loss against epoch, one line per run),
 DIR/parity.md (final top-1 per seed, means, difference in points) and DIR/parity.json (every curve).
 Exit status: 0 when |mean final top-1 difference| <= threshold points, 1 when larger, 2 when an input is
-missing, empty or the runs disagree on their number of epochs.
+missing, empty or the runs disagree on their number of epochs, 3 when the chart cannot be drawn (matplotlib
+missing; --no-chart leaves it out).
 """
 import argparse
 import json
@@ -76,7 +77,15 @@ def main():
     p.add_argument("--out-dir", required=True)
     p.add_argument("--threshold", type=float, default=1.0, help="allowed |mean difference|, top-1 points")
     p.add_argument("--note", default="", help="a line for the table's header (data, machine)")
+    p.add_argument("--no-chart", action="store_true", help="the table and JSON only, no parity.png")
     args = p.parse_args()
+    if not args.no_chart:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print(f"error: cannot draw parity.png: matplotlib is missing from {sys.executable} (scripts/setup.sh "
+                  "installs it into its venv); --no-chart skips the chart", file=sys.stderr)
+            return 3
     if len(args.pinfeed) != len(args.reference):
         print("error: give as many --pinfeed files as --reference files (one per seed)", file=sys.stderr)
         return 2
@@ -149,12 +158,10 @@ def main():
         json.dump(curves, f, indent=1)
     runs = [(f"pinfeed seed {s}", r) for s, r in zip(seeds, pin)] + \
            [(f"torchvision seed {s}", r) for s, r in zip(seeds, ref)]
-    try:
+    if not args.no_chart:
         chart(runs, os.path.join(args.out_dir, "parity.png"),
               f"ResNet-50, same recipe: pinfeed (solid) and torchvision (dashed); mean final top-1 difference "
               f"{diff:+.2f} points")
-    except ImportError:
-        print("matplotlib missing: no chart", file=sys.stderr)
     print(md)
     return 0 if ok else 1
 

@@ -38,6 +38,11 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     "$venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy
     touch "$venv/.complete"
   fi
+  # The charts of scripts/plot_bench.py and scripts/plot_parity.py (a venv made before they were needed lacks it).
+  if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+    step "installing matplotlib into $venv"
+    "$venv/bin/pip" install -q matplotlib
+  fi
   # nvJPEG (data.decoder = "nvjpeg"): the CUDA toolkit's where it has one, else the nvidia-nvjpeg wheel's beside
   # torch (CPU machines' toolkits lack it; CMake finds it there). Its 13.0 series matches the CUDA 13.0 toolkit.
   if [ ! -f /usr/local/cuda/include/nvjpeg.h ] && ! compgen -G "$venv/lib/python*/site-packages/nvidia/cu13/include/nvjpeg.h" >/dev/null; then

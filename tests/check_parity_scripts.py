@@ -106,7 +106,8 @@ def main():
         def verdict(pin, ref_runs):
             out = tmp / "results"
             r = subprocess.run([sys.executable, str(repo / "scripts" / "plot_parity.py"), "--pinfeed", *pin,
-                                "--reference", *ref_runs, "--out-dir", str(out)], capture_output=True, text=True)
+                                "--reference", *ref_runs, "--out-dir", str(out), "--no-chart"],
+                               capture_output=True, text=True)
             return r.returncode, (out / "parity.md").read_text() if (out / "parity.md").exists() else ""
 
         code, md = verdict(runs([[0.5, 0.800], [0.5, 0.810]]), runs([[0.4, 0.800], [0.4, 0.815]]))
