@@ -20,7 +20,7 @@ namespace pinfeed::data {
 // Three cores are left to the training thread (it launches the GPU's kernels: an eager step is bound by it),
 // the dual_stream copier and the driver. On the H200 host (16 cores) 13 workers instead of 15 kept an eager
 // bf16 step at the GPU's rate (dual_stream 2807 against 2496 images/s, median of the GPU-resident ceiling 2606)
-// while still decoding 6,300 images/s, 1.3x the fastest step measured (docs/results/h200.md).
+// while still decoding 6,300 images/s, 1.3x the fastest step measured then (docs/transfer-modes.md).
 int default_workers(int processes) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, processes);
   if (cores > 4) return cores - 3;

@@ -39,7 +39,7 @@ struct FeederOptions {
 // LoaderOptions::prefetch_next_epoch): with the GPU decoder, a batch's decode is the copier's work, and an epoch
 // that began with nothing copied made the GPU wait for a whole decode at every epoch boundary.
 // Issuing a copy costs 45-55 us of driver and allocator calls on an idle host and 3-4x that next to busy
-// decode workers (docs/results/h200.md): work kept off the thread that launches the GPU's kernels.
+// decode workers (docs/transfer-modes.md): work kept off the thread that launches the GPU's kernels.
 class Feeder : public BatchSource {
  public:
   static constexpr int kDeviceAhead = 2;  // dual_stream: batches copied to the device ahead of the current one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the comparison table (docs/results/h200.md): `pinfeed bench` for three configurations on
+# Reproduces the comparison table (docs/transfer-modes.md): `pinfeed bench` for three configurations on
 # photo-like JPEGs, the same configurations in Python PyTorch (scripts/reference_pytorch.py), then the
 # combined tables and charts (scripts/plot_bench.py).
 #   usage: scripts/bench.sh OUT_DIR

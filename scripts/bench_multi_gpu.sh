@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-GPU scaling on one machine, in one run (docs/results/multi_gpu.md): `pinfeed bench` on 1 rank, on N
+# Multi-GPU scaling on one machine, in one run (docs/multi-gpu.md): `pinfeed bench` on 1 rank, on N
 # ranks under torchrun (gradient all-reduce overlapped with backward), and on N ranks with the overlap off
 # (the all-reduce after backward), ROUNDS times in that order, interleaved, same files.
 #   usage: scripts/bench_multi_gpu.sh CONFIG OUT_DIR N [section.key=value ...]

@@ -5,7 +5,7 @@
 # val top-1 of the two differs by more than PARITY_THRESHOLD points. About 6 minutes on one H200.
 #   usage: scripts/parity.sh PINFEED_BIN OUT_DIR
 #   OUT_DIR gets each run's log, pinfeed's run folders and every run's per-epoch JSON lines.
-#   PARITY_RESULTS    where the chart and table go (default: <repo>/docs/results)
+#   PARITY_RESULTS    where the chart and table go (default: OUT_DIR/results)
 #   PARITY_DATA       ImageFolder to use (default: generated once under ~/.cache/pinfeed/datasets, see below)
 #   PARITY_CLASSES PARITY_TRAIN PARITY_VAL PARITY_SIZE   the generated data (default 24, 500, 100 per class, 320x256)
 #   PARITY_SEEDS      (default "0 1")   PARITY_THRESHOLD (default 1.0 points)   PARITY_CONFIG (default the above)
@@ -24,7 +24,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 python=${PYTHON:-python3}
 config=${PARITY_CONFIG:-$repo/configs/parity_resnet50.toml}
-results=${PARITY_RESULTS:-$repo/docs/results}
+results=${PARITY_RESULTS:-$out/results}
 read -r -a seeds <<<"${PARITY_SEEDS:-0 1}"
 threshold=${PARITY_THRESHOLD:-1.0}
 classes=${PARITY_CLASSES:-24} train_n=${PARITY_TRAIN:-500} val_n=${PARITY_VAL:-100} size=${PARITY_SIZE:-320x256}

@@ -83,7 +83,7 @@ struct JpegDecoder::Impl {
   // it is not given new images before the work issued with it is done (`state_done`). One state, not two used in
   // turn: each state brings ~14 streams of nvJPEG's own, and on the H200 two states in flight decoded slower next
   // to a busy step (ResNet-50 bs256 with a CUDA graph, 2 threads: 91.1% of gpu_resident with two, 93.8% with one;
-  // eager and 160 px gained 1-1.6 points too: docs/results/h200/issue11/queues/, calls 19-20).
+  // eager and 160 px gained 1-1.6 points too; docs/gpu-decode.md).
   nvjpegJpegState_t hardware_state = nullptr;
   std::vector<nvjpegDecodeParams_t> params;  // one per image of a hardware batch (output format and ROI)
   cudaEvent_t state_done = nullptr;
@@ -94,7 +94,7 @@ struct JpegDecoder::Impl {
   // device free does, so most likely nvJPEG reallocating between batches (inferred from a trace). Sized to the
   // batches seen (images per call, largest width and height), grown when one needs more, within the decode
   // budget. ResNet-50 bs256, 2 threads, CUDA graph: 93.8% of gpu_resident without, 98.9% with (224 px; 160 px
-  // 95.7% -> 98.1%; docs/results/h200/issue11/queues/, calls 25-28).
+  // 95.7% -> 98.1%; docs/gpu-decode.md).
   int pool_images = 0, pool_width = 0, pool_height = 0;
   int seen_width = 0, seen_height = 0;  // the largest hardware-decoded image so far
   static constexpr int kLoggedFailures = 5;
