@@ -7,10 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "common/log.h"
+#include "data/detached.h"
 
 namespace pinfeed::data {
 namespace {
@@ -91,81 +97,149 @@ std::optional<int64_t> CheckWalk::next(int64_t loader) {
   }
 }
 
-CheckAhead::CheckAhead(const Dataset& dataset, CheckWalk::Order order, CheckAheadOptions options)
-    : dataset_(dataset), options_(options), walk_(dataset.size(), std::move(order), options.lead) {
-  threads_.reserve(static_cast<size_t>(std::max(0, options_.threads)));
+// What the checking threads use, owned jointly by the CheckAhead and every thread, so that a thread left running at
+// shutdown (stuck in a read or inside libjpeg: the destructor detaches it) finds all it can still touch alive
+// whenever it returns: this object (the walk and its order, the mutex, the slots), the dataset it keeps alive, and
+// its own DecodeScratch. It writes into nothing else: check_gpu_file records its verdict in the dataset.
+struct CheckAhead::Shared {
+  struct Slot {  // one per thread, under the mutex
+    int64_t sample = -1;  // being checked
+    std::chrono::steady_clock::time_point since;
+    bool ended = false;
+  };
+
+  Shared(std::shared_ptr<const Dataset> d, CheckWalk::Order order, CheckAheadOptions o)
+      : dataset(std::move(d)), options(std::move(o)), walk(dataset->size(), std::move(order), options.lead) {}
+
+  std::optional<int64_t> claim(int id);
+  void fail(std::exception_ptr error);
+
+  const std::shared_ptr<const Dataset> dataset;
+  const CheckAheadOptions options;
+  std::atomic<int64_t> loader{0};  // CheckWalk::point, the furthest reported
+  std::atomic<bool> stop{false};
+  // Guards walk, running, slots and the writing of error; taken by the checking threads and wait(), never by the
+  // loader's threads.
+  std::mutex mutex;
+  std::condition_variable ended;
+  CheckWalk walk;
+  int running = 0;
+  std::vector<Slot> slots;  // sized before any thread starts, never resized
+  std::exception_ptr error;  // written once, before failed
+  std::atomic<bool> failed{false};
+};
+
+CheckAhead::CheckAhead(std::shared_ptr<const Dataset> dataset, CheckWalk::Order order, CheckAheadOptions options)
+    : shared_(std::make_shared<Shared>(std::move(dataset), std::move(order), std::move(options))) {
+  Shared& s = *shared_;
+  const int n = std::max(0, s.options.threads);
+  s.slots.resize(static_cast<size_t>(n));
+  threads_.reserve(static_cast<size_t>(n));
   try {
-    for (int i = 0; i < options_.threads; ++i) {
+    for (int i = 0; i < n; ++i) {
       {
-        std::lock_guard<std::mutex> lock(mutex_);
-        ++running_;
+        std::lock_guard<std::mutex> lock(s.mutex);
+        ++s.running;
       }
-      threads_.emplace_back([this] { run(); });
+      threads_.emplace_back([shared = shared_, i] { run(shared, i); });
     }
   } catch (const std::exception& e) {  // std::system_error when the system refuses a thread
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      --running_;  // the one that did not start
+      std::lock_guard<std::mutex> lock(s.mutex);
+      --s.running;  // the one that did not start
     }
     const size_t started = threads_.size();
-    stop_ = true;
-    for (auto& t : threads_) t.join();
+    stop_threads();
     throw std::runtime_error("cannot start file check thread " + std::to_string(started + 1) + " of " +
-                             std::to_string(options_.threads) + ": " + e.what());
+                             std::to_string(n) + ": " + e.what());
   }
 }
 
-CheckAhead::~CheckAhead() {
-  stop_ = true;
-  for (auto& t : threads_) t.join();
+CheckAhead::~CheckAhead() { stop_threads(); }
+
+void CheckAhead::stop_threads() {
+  Shared& s = *shared_;
+  s.stop = true;
+  std::vector<Shared::Slot> at_end;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.ended.wait_for(lock, std::chrono::duration<double>(s.options.stop_wait_s), [&] { return s.running == 0; });
+    at_end = s.slots;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < threads_.size(); ++i) {
+    const Shared::Slot& slot = at_end[i];
+    if (slot.ended) {
+      threads_[i].join();
+      continue;
+    }
+    char busy[32];
+    std::snprintf(busy, sizeof busy, "%.1f", std::chrono::duration<double>(now - slot.since).count());
+    log::warn("file check thread " + std::to_string(i) + " is still checking " +
+              (slot.sample >= 0 ? s.dataset->folder().samples[slot.sample].path : std::string("a file")) + " after " +
+              busy + " s; left running (detached) so that shutdown does not hang");
+    threads_[i].detach();
+    ++detached_thread_count();
+  }
+  threads_.clear();
 }
 
 void CheckAhead::loader_at(int64_t epoch, int64_t position) {
   const int64_t p = CheckWalk::point(epoch, position);
-  int64_t seen = loader_.load(std::memory_order_relaxed);
-  while (p > seen && !loader_.compare_exchange_weak(seen, p, std::memory_order_relaxed)) {
+  std::atomic<int64_t>& loader = shared_->loader;
+  int64_t seen = loader.load(std::memory_order_relaxed);
+  while (p > seen && !loader.compare_exchange_weak(seen, p, std::memory_order_relaxed)) {
   }
 }
 
 void CheckAhead::wait() const {
-  std::unique_lock<std::mutex> lock(mutex_);
-  ended_.wait(lock, [&] { return running_ == 0; });
+  Shared& s = *shared_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.ended.wait(lock, [&] { return s.running == 0; });
 }
 
 std::exception_ptr CheckAhead::error() const {
-  return failed_.load(std::memory_order_acquire) ? error_ : nullptr;
+  return shared_->failed.load(std::memory_order_acquire) ? shared_->error : nullptr;
 }
 
-std::optional<int64_t> CheckAhead::claim() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (stop_) return std::nullopt;
-  return walk_.next(loader_.load(std::memory_order_relaxed));
+std::optional<int64_t> CheckAhead::Shared::claim(int id) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (stop) return std::nullopt;
+  std::optional<int64_t> index = walk.next(loader.load(std::memory_order_relaxed));
+  if (index) {
+    slots[static_cast<size_t>(id)].sample = *index;
+    slots[static_cast<size_t>(id)].since = std::chrono::steady_clock::now();
+  }
+  return index;
 }
 
-void CheckAhead::fail(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stop_ = true;  // the walk may be left half-updated: no thread takes another sample from it
-  if (failed_) return;
-  error_ = error;
-  failed_.store(true, std::memory_order_release);
-  log::warn("checking the GPU's files ahead of the loader stopped: " + message_of(error) +
+void CheckAhead::Shared::fail(std::exception_ptr e) {
+  std::lock_guard<std::mutex> lock(mutex);
+  stop = true;  // the walk may be left half-updated: no thread takes another sample from it
+  if (failed) return;
+  error = e;
+  failed.store(true, std::memory_order_release);
+  log::warn("checking the GPU's files ahead of the loader stopped: " + message_of(e) +
             "; the workers check the files left themselves");
 }
 
-void CheckAhead::run() {
-  if (options_.idle_priority) lower_to_idle_priority();
+void CheckAhead::run(const std::shared_ptr<Shared>& shared, int id) {
+  Shared& s = *shared;
+  if (s.options.idle_priority) lower_to_idle_priority();
   try {
     DecodeScratch scratch;
-    while (!stop_) {
-      const std::optional<int64_t> index = claim();
+    while (!s.stop) {
+      const std::optional<int64_t> index = s.claim(id);
       if (!index) break;
-      dataset_.check_gpu_file(*index, scratch);  // a bad file is not an exception here: load() meets it
+      if (s.options.before_check) s.options.before_check(*index);
+      s.dataset->check_gpu_file(*index, scratch);  // a bad file is not an exception here: load() meets it
     }
   } catch (...) {
-    fail(std::current_exception());
+    s.fail(std::current_exception());
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (--running_ == 0) ended_.notify_all();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.slots[static_cast<size_t>(id)].ended = true;
+  if (--s.running == 0) s.ended.notify_all();
 }
 
 }  // namespace pinfeed::data

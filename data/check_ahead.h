@@ -5,12 +5,10 @@
 // yet, so correctness never depends on these threads; they only move the work.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -68,15 +66,23 @@ struct CheckAheadOptions {
   // wakes preempts them at once, so neither the training thread (which launches the GPU's work) nor a worker
   // waits for them. Off only in tests, which must not depend on idle cores.
   bool idle_priority = true;
+  // How long the destructor waits for a thread to finish the file in hand. One still checking then (a read that
+  // never returns, libjpeg looping) is left running, detached (data/detached.h), so that shutdown cannot hang.
+  double stop_wait_s = 5;
+  // Test seam: called on a checking thread with each sample's index just before checking it, so that a test can
+  // block one as a stuck read would. Empty outside tests.
+  std::function<void(int64_t sample)> before_check;
 };
 
 class CheckAhead {
  public:
-  // Starts options.threads threads calling dataset.check_gpu_file over CheckWalk(dataset.size(), order), from
+  // Starts options.threads threads calling dataset->check_gpu_file over CheckWalk(dataset->size(), order), from
   // the start of epoch 0 until loader_at says otherwise. `order` is called on those threads. Throws
   // std::runtime_error (threads already started are stopped) when the system refuses a thread.
-  CheckAhead(const Dataset& dataset, CheckWalk::Order order, CheckAheadOptions options);
-  // Stops and joins: each thread finishes the file it is checking (milliseconds), never the walk.
+  CheckAhead(std::shared_ptr<const Dataset> dataset, CheckWalk::Order order, CheckAheadOptions options);
+  // Stops the threads: each finishes the file it is checking (milliseconds), never the walk. One that has not
+  // within options.stop_wait_s is detached, with a warning naming its file; it holds (shared) everything it can
+  // still touch: the dataset, the walk and the order, its own buffers.
   ~CheckAhead();
   CheckAhead(const CheckAhead&) = delete;
   CheckAhead& operator=(const CheckAhead&) = delete;
@@ -94,22 +100,12 @@ class CheckAhead {
   std::exception_ptr error() const;
 
  private:
-  void run();
-  std::optional<int64_t> claim();
-  void fail(std::exception_ptr error);
+  struct Shared;  // what the threads use, owned jointly with them (check_ahead.cpp)
 
-  const Dataset& dataset_;
-  CheckAheadOptions options_;
-  std::atomic<int64_t> loader_{0};  // CheckWalk::point, the furthest reported
-  std::atomic<bool> stop_{false};
-  // Guards walk_, running_ and the writing of error_; taken by the checking threads and wait(), never by the
-  // loader's threads.
-  mutable std::mutex mutex_;
-  mutable std::condition_variable ended_;
-  CheckWalk walk_;
-  int running_ = 0;
-  std::exception_ptr error_;  // written once, before failed_
-  std::atomic<bool> failed_{false};
+  static void run(const std::shared_ptr<Shared>& shared, int id);
+  void stop_threads();  // joins every thread started, or detaches a stuck one (~CheckAhead)
+
+  std::shared_ptr<Shared> shared_;
   std::vector<std::thread> threads_;
 };
 

@@ -46,6 +46,7 @@ class Dataset {
   // A file meant for the GPU is first checked once per run on the CPU (check_jpeg: the same policy as decoding
   // it here), so that bad files are found, named and replaced exactly as on the CPU path: here, unless
   // check_gpu_file passed it before.
+  // A null dst leaves the CPU-decoded pixels in scratch for write_resized (decode_into says why).
   int load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_t* label, DecodeScratch& scratch,
            EncodedImage* encoded = nullptr) const;
   // Checks sample `index`'s file now, as load() would before handing it to the GPU, so that load() finds it

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 
 #include "common/log.h"
+#include "data/detached.h"
 #include "data/error.h"
 #include "data/sample_rng.h"
 #include "data/shard.h"
@@ -27,27 +30,99 @@ int default_workers(int processes) {
   return cores > 1 ? cores - 1 : 1;
 }
 
-Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, BatchArena* arena)
-    : dataset_(std::move(dataset)), options_(options), arena_(arena) {
-  if (options_.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1");
-  if (options_.prefetch_batches < 1) throw std::invalid_argument("prefetch_batches must be >= 1");
-  if (dataset_->size() == 0) throw DataError("dataset " + dataset_->folder().root + " is empty");
-  if (options_.shards < 1 || options_.shard_rank < 0 || options_.shard_rank >= options_.shards) {
+namespace {
+
+std::string seconds_text(double s) {  // "0.4", "12"
+  char text[32];
+  std::snprintf(text, sizeof text, s < 10 ? "%.1f" : "%.0f", s);
+  return text;
+}
+
+std::string number_text(double v) {  // "30", "0.3"
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
+// An honest worker finishes its sample within sample_timeout_s of starting it: waiting longer for it is pointless.
+double stop_wait_s(const LoaderOptions& o) {
+  return o.sample_timeout_s > 0 ? std::min(kStopWait, o.sample_timeout_s) : kStopWait;
+}
+
+std::vector<int64_t> order_of(const LoaderOptions& o, int64_t samples, int64_t epoch) {
+  std::vector<int64_t> order(samples);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (o.shuffle) {  // Fisher-Yates with our own generator: the same order on every platform
+    SampleRng rng(stream_seed(o.seed, static_cast<uint64_t>(epoch), 0, 0x5EED));
+    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+  }
+  if (o.shards > 1) order = shard_of(order, o.batch_size, o.shard_rank, o.shards, o.drop_last);
+  return order;
+}
+
+}  // namespace
+
+// What the worker threads use, owned jointly by the Loader and every worker (each holds a shared_ptr), so that a
+// worker left running at shutdown (stuck in a read or inside a decoder: stop_workers detaches it) finds all it
+// can still touch alive whenever it returns, the Loader long gone:
+// - its own stack, DecodeScratch and EncodedImage: while it loads, the file's bytes and the decoded pixels go only
+//   there (Dataset::load with a null dst, a label and an EncodedImage of its own), never into the arena;
+// - this object (mutex, slots, tasks, window, options) and the dataset, which it keeps alive.
+// The arena is the caller's, and may be freed once the Loader is gone. A worker writes its sample into a batch
+// slot only after it has checked `stop` under the mutex and marked itself `writing`; stop_workers sets `stop`
+// under the same mutex, then waits for every worker marked writing (one sample's pixels: microseconds, nothing
+// there can block) before it returns. So a worker either saw `stop` and drops its sample, touching neither the
+// arena nor its batch's Pending, or finished writing before the destructor returned. `check_ahead` is used under
+// the mutex while `stop` is false only: the Loader destroys it after stop_workers.
+struct Loader::Shared {
+  struct WorkerSlot {  // one per worker, under the mutex
+    int64_t sample = -1;  // dataset index being loaded, -1: none
+    std::chrono::steady_clock::time_point since;  // when it took that sample
+    bool writing = false;  // writing its sample into the batch slot
+    bool exited = false;
+  };
+
+  Shared(std::shared_ptr<const Dataset> d, LoaderOptions o) : dataset(std::move(d)), options(std::move(o)) {}
+
+  const std::shared_ptr<const Dataset> dataset;
+  const LoaderOptions options;
+  std::mutex mutex;
+  std::condition_variable work_cv;  // workers: a task or stop
+  std::condition_variable done_cv;  // consumer: a batch finished, workers went idle, or a worker exited
+  std::deque<std::unique_ptr<Pending>> window;  // opened batches, in order
+  std::deque<Task> tasks;
+  int active = 0;  // tasks being worked on
+  bool stop = false;
+  std::vector<WorkerSlot> slots;  // sized before any worker starts, never resized
+  CheckAhead* check_ahead = nullptr;
+};
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, BatchArena* arena) : arena_(arena) {
+  if (options.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1");
+  if (options.prefetch_batches < 1) throw std::invalid_argument("prefetch_batches must be >= 1");
+  if (options.sample_timeout_s < 0) throw std::invalid_argument("sample_timeout_s must be >= 0");
+  if (dataset->size() == 0) throw DataError("dataset " + dataset->folder().root + " is empty");
+  if (options.shards < 1 || options.shard_rank < 0 || options.shard_rank >= options.shards) {
     throw std::invalid_argument("shard_rank must be in [0, shards)");
   }
-  if (batches_per_epoch() == 0 && (options_.drop_last || options_.shards == 1)) {
-    throw DataError("dataset " + dataset_->folder().root + " has " + std::to_string(dataset_->size()) +
-                    " samples, fewer than one batch of " + std::to_string(options_.batch_size) +
-                    (options_.shards > 1 ? " on each of " + std::to_string(options_.shards) + " ranks" : ""));
+  shared_ = std::make_shared<Shared>(std::move(dataset), std::move(options));
+  const Dataset& ds = *shared_->dataset;
+  const LoaderOptions& o = shared_->options;
+  if (batches_per_epoch() == 0 && (o.drop_last || o.shards == 1)) {
+    throw DataError("dataset " + ds.folder().root + " has " + std::to_string(ds.size()) +
+                    " samples, fewer than one batch of " + std::to_string(o.batch_size) +
+                    (o.shards > 1 ? " on each of " + std::to_string(o.shards) + " ranks" : ""));
   }
   // One sample per worker thread at a time: OpenCV's own thread pool inside resize/decode would only
   // oversubscribe the cores the workers already fill.
   cv::setNumThreads(1);
-  const int n = options_.workers > 0 ? options_.workers : default_workers();
-  if (dataset_->transform().gpu_decode) start_check_ahead(n);
+  const int n = o.workers > 0 ? o.workers : default_workers();
+  if (ds.transform().gpu_decode) start_check_ahead(n);
+  shared_->check_ahead = check_ahead_.get();
+  shared_->slots.resize(static_cast<size_t>(n));
   threads_.reserve(n);
   try {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
+    for (int i = 0; i < n; ++i) threads_.emplace_back([s = shared_, i] { worker_loop(s, i); });
   } catch (const std::exception& e) {  // std::system_error when the system refuses a thread
     // The destructor does not run for a constructor that throws, and a joinable std::thread destroyed would
     // call std::terminate: the threads already started are stopped and joined here.
@@ -64,10 +139,14 @@ Loader::~Loader() {
   check_ahead_.reset();
 }
 
+const Dataset& Loader::dataset() const { return *shared_->dataset; }
+const LoaderOptions& Loader::options() const { return shared_->options; }
+
 void Loader::start_check_ahead(int workers) {
-  int threads = options_.check_threads;
+  const LoaderOptions& options = shared_->options;
+  int threads = options.check_threads;
   if (threads < 0) {
-    const int cores = static_cast<int>(std::thread::hardware_concurrency()) / options_.shards;
+    const int cores = static_cast<int>(std::thread::hardware_concurrency()) / options.shards;
     threads = std::max(1, cores - workers - 2);
   }
   if (threads == 0) return;
@@ -79,8 +158,15 @@ void Loader::start_check_ahead(int workers) {
     // each time they overtake costs the few files being checked at that moment twice. On 2 cores, 1 worker and
     // 1 checking thread, a consumer taking 64 samples every 40 ms: a lead of the whole window (256) gave 1,320
     // samples/s, 32 gave 1,490, the later epochs 1,550 (tests/bench_data.cpp, BM_LoaderEpochGpuFiles).
-    o.lead = std::max<int64_t>(1, static_cast<int64_t>(options_.prefetch_batches) * options_.batch_size / 8);
-    check_ahead_ = std::make_unique<CheckAhead>(*dataset_, [this](int64_t epoch) { return epoch_order(epoch); }, o);
+    o.lead = std::max<int64_t>(1, static_cast<int64_t>(options.prefetch_batches) * options.batch_size / 8);
+    o.stop_wait_s = stop_wait_s(options);
+    // A copy without the callbacks: a checking thread left running must not keep the caller's alive.
+    LoaderOptions order_options = options;
+    order_options.stop_requested = nullptr;
+    order_options.before_load = nullptr;
+    const int64_t samples = shared_->dataset->size();
+    auto order = [order_options, samples](int64_t epoch) { return order_of(order_options, samples, epoch); };
+    check_ahead_ = std::make_unique<CheckAhead>(shared_->dataset, std::move(order), o);
   } catch (const std::exception& e) {
     // Only the first epoch's speed depends on it.
     log::warn(std::string(e.what()) + "; the workers check each file for the GPU themselves");
@@ -88,42 +174,85 @@ void Loader::start_check_ahead(int workers) {
 }
 
 void Loader::stop_workers() {
+  Shared& s = *shared_;
+  const size_t started = threads_.size();
+  std::vector<Shared::WorkerSlot> at_end;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    tasks_.clear();
-    stop_ = true;
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.tasks.clear();
+    s.stop = true;
+    s.check_ahead = nullptr;
+    s.work_cv.notify_all();
+    const auto exited = [&] {
+      return std::all_of(s.slots.begin(), s.slots.begin() + started, [](const auto& w) { return w.exited; });
+    };
+    s.done_cv.wait_for(lock, std::chrono::duration<double>(stop_wait_s(s.options)), exited);
+    // Never left behind while writing into a batch slot (see Shared): that ends in microseconds.
+    s.done_cv.wait(lock, [&] {
+      return std::none_of(s.slots.begin(), s.slots.begin() + started, [](const auto& w) { return w.writing; });
+    });
+    at_end.assign(s.slots.begin(), s.slots.begin() + started);
   }
-  work_cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < started; ++i) {
+    const Shared::WorkerSlot& w = at_end[i];
+    if (w.exited) {
+      threads_[i].join();
+      continue;
+    }
+    const double busy = std::chrono::duration<double>(now - w.since).count();
+    log::warn("decode worker " + std::to_string(i) + " is still loading " +
+              (w.sample >= 0 ? s.dataset->folder().samples[w.sample].path : std::string("a sample")) + " after " +
+              seconds_text(busy) + " s; left running (detached) so that shutdown does not hang");
+    threads_[i].detach();
+    ++detached_thread_count();
+  }
   threads_.clear();
 }
 
 int64_t Loader::batches_per_epoch() const {
-  const int64_t n = samples_per_epoch(), b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  const LoaderOptions& o = shared_->options;
+  const int64_t n = samples_per_epoch(), b = o.batch_size;
+  return o.drop_last ? n / b : (n + b - 1) / b;
 }
 
 int64_t Loader::samples_per_epoch() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size, global = b * options_.shards;
+  const LoaderOptions& o = shared_->options;
+  const int64_t n = shared_->dataset->size(), b = o.batch_size, global = b * o.shards;
   const int64_t whole = n / global * b;  // from the whole global batches (data/shard.h)
-  if (options_.drop_last) return whole;
-  return whole + std::clamp<int64_t>(n % global - options_.shard_rank * b, 0, b);
+  if (o.drop_last) return whole;
+  return whole + std::clamp<int64_t>(n % global - o.shard_rank * b, 0, b);
 }
 
 std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
-  std::vector<int64_t> order(dataset_->size());
-  std::iota(order.begin(), order.end(), int64_t{0});
-  if (options_.shuffle) {  // Fisher-Yates with our own generator: the same order on every platform
-    SampleRng rng(stream_seed(options_.seed, static_cast<uint64_t>(epoch), 0, 0x5EED));
-    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+  return order_of(shared_->options, shared_->dataset->size(), epoch);
+}
+
+template <class Ready>
+void Loader::wait_locked(std::unique_lock<std::mutex>& lock, Ready ready) {
+  Shared& s = *shared_;
+  const LoaderOptions& o = s.options;
+  while (!s.done_cv.wait_for(lock, kStopPoll, ready)) {
+    if (o.stop_requested && o.stop_requested()) throw Interrupted();
+    if (o.sample_timeout_s <= 0) continue;
+    const Shared::WorkerSlot* longest = nullptr;  // the worker longest on its sample
+    for (const auto& w : s.slots) {
+      if (w.sample >= 0 && (!longest || w.since < longest->since)) longest = &w;
+    }
+    if (!longest) continue;
+    const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - longest->since).count();
+    if (busy > o.sample_timeout_s) {
+      throw StuckSample("no progress for " + seconds_text(busy) + " s: a worker is still loading " +
+                        s.dataset->folder().samples[longest->sample].path + " (data.sample_timeout_s = " +
+                        number_text(o.sample_timeout_s) + ")");
+    }
   }
-  if (options_.shards > 1) order = shard_of(order, options_.batch_size, options_.shard_rank, options_.shards, options_.drop_last);
-  return order;
 }
 
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const bool consumed = next_to_open_ >= end_batch_ && (window_.empty() || window_.front()->epoch != epoch_);
+  Shared& s = *shared_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const bool consumed = next_to_open_ >= end_batch_ && (s.window.empty() || s.window.front()->epoch != epoch_);
   const bool keep_next = !next_order_.empty() && epoch == epoch_ + 1 && first_batch == 0 && consumed;
   if (keep_next) {
     // The next epoch from its start, as fill_window_locked began it: keep what is decoded or decoding.
@@ -140,36 +269,47 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   next_opened_ = 0;
   end_batch_ = batches_per_epoch();
   // Kept batches were opened from the epoch's start; their workers report their own positions.
-  if (check_ahead_) check_ahead_->loader_at(epoch_, keep_next ? 0 : next_to_open_ * options_.batch_size);
+  if (check_ahead_) check_ahead_->loader_at(epoch_, keep_next ? 0 : next_to_open_ * s.options.batch_size);
   fill_window_locked();
 }
 
 void Loader::abandon_locked(std::unique_lock<std::mutex>& lock) {
-  tasks_.clear();
-  done_cv_.wait(lock, [&] { return active_ == 0; });
-  for (auto& p : window_) arena_->release(p->batch.slot, nullptr);
-  window_.clear();
+  Shared& s = *shared_;
+  std::deque<Task> dropped;
+  dropped.swap(s.tasks);
+  try {
+    wait_locked(lock, [&] { return s.active == 0; });
+  } catch (...) {
+    // Left as it was: the batches in flight get their samples still, so next() works (or throws) as before.
+    s.tasks.swap(dropped);
+    s.work_cv.notify_all();
+    throw;
+  }
+  for (auto& p : s.window) arena_->release(p->batch.slot, nullptr);
+  s.window.clear();
 }
 
 void Loader::open_batch_locked(int slot, int64_t epoch, int64_t index, const std::vector<int64_t>& order) {
+  Shared& s = *shared_;
   auto p = std::make_unique<Pending>();
-  const int64_t begin = index * options_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(order.size()));
+  const int64_t begin = index * s.options.batch_size;
+  const int64_t end = std::min<int64_t>(begin + s.options.batch_size, static_cast<int64_t>(order.size()));
   p->epoch = epoch;
   p->batch.index = index;
   p->batch.size = end - begin;
   p->batch.slot = slot;
   p->batch.memory = arena_->memory(slot);
   p->remaining = static_cast<int>(end - begin);
-  for (int64_t i = begin; i < end; ++i) tasks_.push_back({p.get(), i - begin, order[i]});
-  window_.push_back(std::move(p));
+  for (int64_t i = begin; i < end; ++i) s.tasks.push_back({p.get(), i - begin, order[i]});
+  s.window.push_back(std::move(p));
 }
 
 void Loader::fill_window_locked() {
+  Shared& s = *shared_;
   bool opened = false;
-  while (static_cast<int>(window_.size()) < options_.prefetch_batches) {
+  while (static_cast<int>(s.window.size()) < s.options.prefetch_batches) {
     const bool current = next_to_open_ < end_batch_;
-    if (!current && (!options_.prefetch_next_epoch || next_opened_ >= end_batch_)) break;
+    if (!current && (!s.options.prefetch_next_epoch || next_opened_ >= end_batch_)) break;
     auto slot = arena_->try_acquire();
     if (!slot) break;
     if (current) {
@@ -180,14 +320,15 @@ void Loader::fill_window_locked() {
     }
     opened = true;
   }
-  if (opened) work_cv_.notify_all();
+  if (opened) s.work_cv.notify_all();
 }
 
 std::optional<Batch> Loader::next() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  Shared& s = *shared_;
+  std::unique_lock<std::mutex> lock(s.mutex);
   fill_window_locked();
-  if (!window_.empty() && window_.front()->epoch != epoch_) return std::nullopt;  // only the next epoch's left
-  if (window_.empty()) {
+  if (!s.window.empty() && s.window.front()->epoch != epoch_) return std::nullopt;  // only the next epoch's left
+  if (s.window.empty()) {
     if (next_to_open_ >= end_batch_) return std::nullopt;
     // Every slot is still being read (or copied) by the consumer: wait for the oldest to free up.
     lock.unlock();
@@ -195,12 +336,12 @@ std::optional<Batch> Loader::next() {
     lock.lock();
     if (!slot) throw std::logic_error("loader: every arena slot is held by the consumer; recycle batches");
     open_batch_locked(*slot, epoch_, next_to_open_++, order_);
-    work_cv_.notify_all();
+    s.work_cv.notify_all();
   }
-  Pending* front = window_.front().get();
-  done_cv_.wait(lock, [&] { return front->remaining == 0; });
-  std::unique_ptr<Pending> done = std::move(window_.front());
-  window_.pop_front();
+  Pending* front = s.window.front().get();
+  wait_locked(lock, [&] { return front->remaining == 0; });
+  std::unique_ptr<Pending> done = std::move(s.window.front());
+  s.window.pop_front();
   fill_window_locked();  // keep the workers busy while the consumer computes
   if (done->error) {
     arena_->release(done->batch.slot, nullptr);
@@ -211,47 +352,80 @@ std::optional<Batch> Loader::next() {
 
 void Loader::recycle(const Batch& batch, std::shared_ptr<Fence> fence) { arena_->release(batch.slot, std::move(fence)); }
 
-void Loader::worker_loop() {
+void Loader::worker_loop(const std::shared_ptr<Shared>& shared, int id) {
+  Shared& s = *shared;
+  const LoaderOptions& o = s.options;
+  const Dataset& dataset = *s.dataset;
   // Below the training thread: it launches the GPU's work, and a worker that preempts it idles the GPU.
-  if (options_.worker_nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), options_.worker_nice);
-  DecodeScratch scratch;
-  const size_t image_bytes = dataset_->image_bytes();
-  std::unique_lock<std::mutex> lock(mutex_);
+  if (o.worker_nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), o.worker_nice);
+  const size_t image_bytes = dataset.image_bytes();
+  DecodeScratch scratch;  // the decoded pixels wait here until written into the batch slot
+  EncodedImage encoded;   // the file for the GPU, swapped into the batch slot once loaded
+  Shared::WorkerSlot& slot = s.slots[static_cast<size_t>(id)];
+  std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-    if (stop_) return;
-    Task task = tasks_.front();
-    tasks_.pop_front();
-    ++active_;
-    const int64_t epoch = task.pending->epoch;
-    if (check_ahead_) {
-      check_ahead_->loader_at(epoch, task.pending->batch.index * options_.batch_size + task.position + 1);
-    }
+    s.work_cv.wait(lock, [&] { return s.stop || !s.tasks.empty(); });
+    if (s.stop) break;
+    const Task task = s.tasks.front();
+    s.tasks.pop_front();
+    ++s.active;
+    Pending& pending = *task.pending;
+    const int64_t epoch = pending.epoch;
+    const BatchMemory memory = pending.batch.memory;
+    slot.sample = task.sample;
+    slot.since = std::chrono::steady_clock::now();
+    if (s.check_ahead) s.check_ahead->loader_at(epoch, pending.batch.index * o.batch_size + task.position + 1);
     lock.unlock();
 
     int bad = 0;
+    int64_t label = 0;
+    EncodedImage* const mine = memory.encoded ? &encoded : nullptr;
     std::exception_ptr error;
-    Batch& b = task.pending->batch;
+    if (mine) {
+      // A fresh record around the worker's buffer: a file the CPU decodes must not carry the crop or size of
+      // whichever sample this record (swapped around the batch slots) held before.
+      std::vector<uint8_t> bytes = std::move(encoded.bytes);
+      encoded = EncodedImage{};
+      encoded.bytes = std::move(bytes);
+    }
     try {
-      auto* dst = static_cast<uint8_t*>(b.memory.images) + task.position * image_bytes;
-      data::EncodedImage* encoded = b.memory.encoded ? b.memory.encoded + task.position : nullptr;
-      bad = dataset_->load(task.sample, options_.seed, epoch, dst, b.memory.labels + task.position, scratch, encoded);
+      if (o.before_load) o.before_load(task.sample);
+      bad = dataset.load(task.sample, o.seed, epoch, nullptr, &label, scratch, mine);
     } catch (const DataError&) {
       error = std::current_exception();
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(
-          DataError("worker failed on " + dataset_->folder().samples[task.sample].path + ": " + e.what()));
+          DataError("worker failed on " + dataset.folder().samples[task.sample].path + ": " + e.what()));
     } catch (...) {
       error = std::make_exception_ptr(
-          DataError("worker failed on " + dataset_->folder().samples[task.sample].path + ": unknown error"));
+          DataError("worker failed on " + dataset.folder().samples[task.sample].path + ": unknown error"));
     }
 
     lock.lock();
-    --active_;
-    task.pending->batch.bad_images += bad;
-    if (error && !task.pending->error) task.pending->error = error;
-    if (--task.pending->remaining == 0 || active_ == 0) done_cv_.notify_all();
+    if (s.stop) {  // the arena may be gone: the sample is dropped (see Shared)
+      --s.active;
+      break;
+    }
+    slot.writing = true;
+    lock.unlock();
+    if (!error) {
+      if (!mine || encoded.kind == GpuDecode::kNone) {
+        write_resized(scratch, dataset.transform(), static_cast<uint8_t*>(memory.images) + task.position * image_bytes);
+      }
+      memory.labels[task.position] = label;
+      if (mine) std::swap(memory.encoded[task.position], encoded);  // the buffers trade places: nothing copied
+    }
+    lock.lock();
+    slot.writing = false;
+    slot.sample = -1;
+    --s.active;
+    pending.batch.bad_images += bad;
+    if (error && !pending.error) pending.error = error;
+    if (--pending.remaining == 0 || s.active == 0) s.done_cv.notify_all();
   }
+  slot.sample = -1;
+  slot.exited = true;
+  s.done_cv.notify_all();
 }
 
 }  // namespace pinfeed::data

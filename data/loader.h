@@ -2,10 +2,11 @@
 // keeps a bounded number of batches in flight, and hands them out in order. The pool lives across epochs.
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,7 +38,27 @@ struct LoaderOptions {
   // cannot tell how many ranks share this host: it assumes all of them do). 0: none, each worker checks a file
   // the first time it loads it.
   int check_threads = -1;
+  // A worker busy on one sample for longer than this (a read that never returns from a network file system, a
+  // decoder looping inside its library) makes next() and start_epoch() throw StuckSample (data/error.h) naming
+  // the file, instead of the run waiting for ever on it. 0: no bound. It also bounds how long shutdown waits for
+  // a worker (kStopWait at most): one that is well finishes its sample within it.
+  double sample_timeout_s = 0;
+  // Asked every kStopPoll while next() or start_epoch() waits for the workers: true makes the wait throw
+  // Interrupted, so that a stop asked for (Ctrl-C) ends a wait on a stuck or slow worker too. A batch that is
+  // ready is returned without asking. Empty: never. Called on the threads that call next() and start_epoch(),
+  // with the loader's lock held: it must be cheap (an atomic load) and must not call into the loader.
+  std::function<bool()> stop_requested;
+  // Test seam: called on a worker with each sample's dataset index just before loading it, so that a test can
+  // block one sample as a stuck read would. Empty outside tests.
+  std::function<void(int64_t sample)> before_load;
 };
+
+// How often a wait for the workers looks at stop_requested and at the workers' progress. Short enough for a stop to
+// feel prompt; a batch that is ready wakes its waiter at once, whatever this is.
+inline constexpr std::chrono::milliseconds kStopPoll{100};
+// The longest the Loader's destructor waits for a worker to finish the sample in hand before leaving it running
+// (detached, data/detached.h): one that has not returned by then is taken for stuck.
+inline constexpr double kStopWait = 5.0;
 
 // Decode threads for one of `processes` ranks sharing this host's cores.
 int default_workers(int processes = 1);
@@ -55,6 +76,9 @@ struct Batch {
 class Loader {
  public:
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, BatchArena* arena);
+  // Stops the workers: waits for each to finish the sample in hand, up to kStopWait (sample_timeout_s if
+  // shorter), and leaves one still loading then running, detached, with a warning naming its file; it will never
+  // write into the arena (see Shared in loader.cpp). The arena need only outlive this call.
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -65,14 +89,16 @@ class Loader {
   // The threads checking the GPU's files ahead of the workers (options().check_threads), or null: none asked
   // for, no GPU decode, or the system refused a thread (logged).
   const CheckAhead* check_ahead() const { return check_ahead_.get(); }
-  const Dataset& dataset() const { return *dataset_; }
-  const LoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const;
+  const LoaderOptions& options() const;
 
   // Starts (or restarts) an epoch at batch `first_batch`; abandons batches still in flight, except the next
-  // epoch's first batches when this is that epoch from its start.
+  // epoch's first batches when this is that epoch from its start. Abandoning waits for the workers' samples in
+  // hand: it throws as next() does when one is stuck or a stop is requested.
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch in order, waiting for it if needed; nullopt once the epoch is done. Rethrows a worker's
-  // exception (it names the sample's path).
+  // exception (it names the sample's path). While it waits, throws Interrupted once stop_requested() is true,
+  // and StuckSample once a worker has been on one sample for longer than sample_timeout_s.
   std::optional<Batch> next();
   // Gives a batch's slot back; it is reused once `fence` (if any) says its last reader finished.
   void recycle(const Batch& batch, std::shared_ptr<Fence> fence = nullptr);
@@ -89,34 +115,29 @@ class Loader {
     int64_t position;  // within the batch
     int64_t sample;    // dataset index
   };
+  struct Shared;  // what the workers use, owned jointly with them (loader.cpp)
 
-  void worker_loop();
+  static void worker_loop(const std::shared_ptr<Shared>& shared, int id);
   void start_check_ahead(int workers);
-  void stop_workers();  // joins every worker thread started
+  void stop_workers();  // joins every worker thread started, or detaches a stuck one
   std::vector<int64_t> epoch_order(int64_t epoch) const;  // this rank's sample order of an epoch
   void open_batch_locked(int slot, int64_t epoch, int64_t index, const std::vector<int64_t>& order);
   void fill_window_locked();
   void abandon_locked(std::unique_lock<std::mutex>& lock);
+  // Waits on done_cv until ready(), in slices of kStopPoll: throws Interrupted or StuckSample (above).
+  template <class Ready>
+  void wait_locked(std::unique_lock<std::mutex>& lock, Ready ready);
 
-  std::shared_ptr<const Dataset> dataset_;
-  LoaderOptions options_;
+  std::shared_ptr<Shared> shared_;  // its mutex guards the fields below too
   BatchArena* arena_;
-
-  std::mutex mutex_;
-  std::condition_variable work_cv_;   // workers: a task or stop
-  std::condition_variable done_cv_;   // consumer: a batch finished, or workers went idle
   std::vector<int64_t> order_;        // this epoch's sample order
   int64_t epoch_ = 0;
   std::vector<int64_t> next_order_;   // epoch_ + 1's, once its first batches are opened early
   int64_t next_opened_ = 0;           // batches of epoch_ + 1 opened early (all at the window's back)
   int64_t next_to_open_ = 0;          // batch index
   int64_t end_batch_ = 0;
-  std::deque<std::unique_ptr<Pending>> window_;  // opened batches, in order
-  std::deque<Task> tasks_;
-  int active_ = 0;  // tasks being worked on
-  bool stop_ = false;
   std::vector<std::thread> threads_;
-  // Declared last, destroyed first: its threads call epoch_order, which reads the options and the dataset.
+  // Destroyed after the workers stopped: they report their positions to it.
   std::unique_ptr<CheckAhead> check_ahead_;
 };
 

@@ -119,6 +119,12 @@ void write_pixels(const cv::Mat& bgr, bool flip, const TransformOptions& o, void
   }
 }
 
+// The last step of a decode: into dst, or left in scratch for write_resized when dst is null.
+void finish(DecodeScratch& scratch, bool flip, const TransformOptions& o, void* dst) {
+  scratch.flip = flip;
+  if (dst) write_pixels(scratch.resized, flip, o, dst);
+}
+
 }  // namespace
 
 int reduction_for(const CropBox& box, int size) {
@@ -186,7 +192,7 @@ void decode(const uint8_t* file, size_t file_size, bool train, const TransformOp
       decode_jpeg_region(file, file_size, rect, reduction_for(box, o.size), o.max_image_pixels, scratch.region,
                          &region)) {
     cv::resize(region.pixels(region.crop), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
-    write_pixels(scratch.resized, box.flip, o, dst);
+    finish(scratch, box.flip, o, dst);
     return;
   }
   // The whole image at full scale, then crop and resize: crop_decode off (the reference path), PNG, CMYK, a JPEG
@@ -218,7 +224,7 @@ void decode(const uint8_t* file, size_t file_size, bool train, const TransformOp
   const cv::Rect roi = cv::Rect(box.x, box.y, box.w, box.h) & cv::Rect(0, 0, width, height);
   if (roi.empty()) throw std::runtime_error("empty crop");
   cv::resize(full(roi), scratch.resized, cv::Size(o.size, o.size), 0, 0, cv::INTER_LINEAR);
-  write_pixels(scratch.resized, box.flip, o, dst);
+  finish(scratch, box.flip, o, dst);
 }
 
 }  // namespace
@@ -231,6 +237,10 @@ void decode_into(const uint8_t* file, size_t file_size, bool train, const Transf
 void decode_box_into(const uint8_t* file, size_t file_size, const CropBox& box, const TransformOptions& o,
                      DecodeScratch& scratch, void* dst) {
   decode(file, file_size, false, o, nullptr, &box, scratch, dst);
+}
+
+void write_resized(const DecodeScratch& scratch, const TransformOptions& o, void* dst) {
+  write_pixels(scratch.resized, scratch.flip, o, dst);
 }
 
 void read_file(const std::string& path, std::vector<uint8_t>& out, int64_t max_bytes) {

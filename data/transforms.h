@@ -86,6 +86,7 @@ struct DecodeScratch {
   std::vector<uint8_t> file;
   std::vector<uint8_t> region;  // pixels libjpeg decodes: the crop's region, or the whole image (grows only)
   cv::Mat decoded, resized;
+  bool flip = false;  // after a decode with a null dst: whether write_resized mirrors `resized`
 };
 
 // Decodes `file` (bytes of a JPEG/PNG), crops, resizes, flips and writes to dst in options.format.
@@ -98,8 +99,13 @@ struct DecodeScratch {
 //   SOS parameters. The same check runs on every path (crop-region decode, full decode, CMYK via OpenCV).
 //   Bytes after the end-of-image marker are accepted: libjpeg stops there and some writers append data;
 // - a PNG that OpenCV cannot decode, or whose decoded size disagrees with its header.
+// A null dst leaves the sample in scratch (resized, flip) for write_resized: a loader worker writes into a batch
+// slot only once it knows the slot is still its to write (data/loader.cpp), at no extra cost.
 void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& options,
                  SampleRng& rng, DecodeScratch& scratch, void* dst);
+
+// Writes to dst what a decode with a null dst left in scratch: the very bytes that decode would have written.
+void write_resized(const DecodeScratch& scratch, const TransformOptions& options, void* dst);
 
 // decode_into with the crop already drawn from the header's size: the GPU path's CPU fallback, for a file the GPU
 // decoder did not take. Same checks and errors, and "unreadable image header" when the header gives no size.

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "common/log.h"
+#include "data/error.h"
 
 namespace pinfeed::pipeline {
 namespace {
@@ -47,6 +48,12 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   }
   const int slots = feeder_options_.ring_slots > 0 ? feeder_options_.ring_slots : loader_options.prefetch_batches + 2;
   make_ring(*dataset, loader_options.batch_size, slots);
+  // The loader is only ever asked on this Feeder's threads (next(), start_epoch(), the copier), all done before the
+  // destructor's end: `this` outlives every call.
+  stop_requested_ = std::move(loader_options.stop_requested);
+  loader_options.stop_requested = [this] {
+    return closing_.load(std::memory_order_relaxed) || (stop_requested_ && stop_requested_());
+  };
   loader_ = std::make_unique<data::Loader>(std::move(dataset), loader_options, ring_.get());
   const auto& t = loader_->dataset().transform();
   if (options_.transfer_dtype == TransferDtype::kUint8) {
@@ -62,6 +69,7 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
 }
 
 Feeder::~Feeder() {
+  closing_ = true;  // a copier waiting in loader_->next() (a worker stuck) leaves it within data::kStopPoll
   if (copier_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -71,7 +79,8 @@ Feeder::~Feeder() {
     copier_.join();  // after any transfer it is in: the workers are still there to finish that batch
   }
   copied_.clear();
-  loader_.reset();  // joins the workers before the ring's memory goes
+  // Stops the workers before the ring's memory goes: one left running (stuck) never writes into the ring.
+  loader_.reset();
 }
 
 void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slots) {
@@ -99,6 +108,15 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
   ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/false, encoded);
 }
 
+template <class Ready>
+void Feeder::wait_locked(std::unique_lock<std::mutex>& lock, Ready ready) {
+  // The copier's own loader_->next() throws StuckSample or Interrupted into the queue, which makes ready() true;
+  // the stop is also looked at here, in case the copier is held elsewhere (a fence, a copy).
+  while (!cv_.wait_for(lock, data::kStopPoll, ready)) {
+    if (stop_requested_ && stop_requested_()) throw data::Interrupted();
+  }
+}
+
 void Feeder::start_epoch(int64_t epoch, int64_t first_batch) {
   if (copier_.joinable()) {
     start_copier_epoch(epoch, first_batch);
@@ -122,7 +140,7 @@ void Feeder::start_copier_epoch(int64_t epoch, int64_t first_batch) {
                   copied_.end());
   } else {
     copying_ = false;
-    cv_.wait(lock, [&] { return !busy_; });  // a transfer in progress lands in the queue, dropped next
+    wait_locked(lock, [&] { return !busy_; });  // a transfer in progress lands in the queue, dropped next
     copied_.clear();
     lock.unlock();
     loader_->start_epoch(epoch, first_batch);  // the copier is idle: the loader is this thread's alone
@@ -184,7 +202,7 @@ std::optional<DeviceBatch> Feeder::next_copied() {
     if (epoch_over_ || (!ready() && !(copying_ && copy_epoch_ == epoch_))) return std::nullopt;  // no epoch on
     if (!ready()) {  // nothing copied yet: the input pipeline is behind
       const auto t0 = std::chrono::steady_clock::now();
-      cv_.wait(lock, ready);
+      wait_locked(lock, ready);
       waited_ms = ms_since(t0);
     }
     item = std::move(copied_.front());

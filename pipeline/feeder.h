@@ -6,9 +6,11 @@
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,12 +42,18 @@ struct FeederOptions {
 // that began with nothing copied made the GPU wait for a whole decode at every epoch boundary.
 // Issuing a copy costs 45-55 us of driver and allocator calls on an idle host and 3-4x that next to busy
 // decode workers (docs/transfer-modes.md): work kept off the thread that launches the GPU's kernels.
+// A stuck sample or a stop asked for never leaves next() waiting: in every mode it throws what the loader throws
+// (data::StuckSample after loader_options.sample_timeout_s, data::Interrupted once loader_options.stop_requested()
+// is true), from the copier's loader.next() in dual_stream as from its own. Like a worker's error, either ends the
+// epoch for the copier: start_epoch() to go on.
 class Feeder : public BatchSource {
  public:
   static constexpr int kDeviceAhead = 2;  // dual_stream: batches copied to the device ahead of the current one
 
   Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
          PipelineOptions options, FeederOptions feeder_options);
+  // Bounded, also with a worker stuck: the copier leaves its wait on the loader within data::kStopPoll, and the
+  // loader leaves a stuck worker running (data::Loader::~Loader).
   ~Feeder() override;
 
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
@@ -77,6 +85,9 @@ class Feeder : public BatchSource {
   void start_copier_epoch(int64_t epoch, int64_t first_batch);
   int batches_copied_locked() const;  // in the queue, end-of-epoch markers not counted
   std::optional<DeviceBatch> next_copied();  // timing.loader_ms: time blocked because nothing was copied yet
+  // Waits on cv_ until ready(), in slices of data::kStopPoll: throws data::Interrupted once stop_requested_().
+  template <class Ready>
+  void wait_locked(std::unique_lock<std::mutex>& lock, Ready ready);
 
   PipelineOptions options_;
   FeederOptions feeder_options_;
@@ -87,6 +98,9 @@ class Feeder : public BatchSource {
   gpu::EventPool events_;
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
   std::unique_ptr<gpu::JpegDecoder> decoder_;  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
+  std::function<bool()> stop_requested_;  // the caller's (LoaderOptions::stop_requested), or empty
+  // Set by the destructor: the loader's waits end then too (its stop_requested is this or the caller's).
+  std::atomic<bool> closing_{false};
 
   // dual_stream copier
   std::optional<c10::Stream> copy_stream_;

@@ -214,7 +214,7 @@ TEST(CheckAhead, ChecksEachFileOnceAcrossEpochsAndLeavesBadOnesToLoad) {
   const int64_t n = static_cast<int64_t>(folder.samples.size());
   const auto ds = gpu_dataset(folder);
   {
-    CheckAhead ahead(*ds, shuffled(n, 5), threads(3));
+    CheckAhead ahead(ds, shuffled(n, 5), threads(3));
     ahead.wait();
     EXPECT_FALSE(ahead.error());
   }
@@ -259,7 +259,7 @@ TEST(CheckAhead, WorkersRacingTheCheckersOnTheSameFilesGetWhatTheyGetAlone) {
     const auto ds = gpu_dataset(folder);
     std::vector<Loaded> got(n);
     {
-      CheckAhead ahead(*ds, [n](int64_t) {
+      CheckAhead ahead(ds, [n](int64_t) {
         std::vector<int64_t> order(n);
         std::iota(order.begin(), order.end(), int64_t{0});
         return order;
@@ -301,7 +301,7 @@ TEST(CheckAhead, DestroyedMidWalkItStopsAfterTheFilesInHand) {
   const int64_t n = 200000;
   const auto ds = gpu_dataset(one_file_many_times("check_ahead_stop", n));
   {
-    CheckAhead ahead(*ds, shuffled(n, 0), threads(2));
+    CheckAhead ahead(ds, shuffled(n, 0), threads(2));
     while (ds->gpu_checks().ahead < 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const int64_t after = ds->gpu_checks().ahead;
@@ -315,7 +315,7 @@ TEST(CheckAhead, AnErrorStopsItWithAWarningAndTheWorkersCheckTheRest) {
   const int64_t n = static_cast<int64_t>(folder.samples.size());
   const auto ds = gpu_dataset(folder);
   {
-    CheckAhead ahead(*ds, [](int64_t epoch) -> std::vector<int64_t> {
+    CheckAhead ahead(ds, [](int64_t epoch) -> std::vector<int64_t> {
       if (epoch > 0) throw std::runtime_error("no order for epoch " + std::to_string(epoch));
       return {0, 1, 2};
     }, threads(2));
@@ -333,13 +333,42 @@ TEST(CheckAhead, AnErrorStopsItWithAWarningAndTheWorkersCheckTheRest) {
   EXPECT_EQ(ds->distinct_bad_images(), alone->distinct_bad_images());
 }
 
+TEST(CheckAhead, DestroyedWithAThreadStuckOnAFileItReturnsAndLeavesThatThreadRunning) {
+  const ImageFolder folder = case_folder("check_ahead_stuck", 1);
+  const int64_t n = static_cast<int64_t>(folder.samples.size());
+  const auto ds = gpu_dataset(folder);
+  auto gate = std::make_shared<test::Gate>();
+  test::OpenAtExit release{gate};
+  CheckAheadOptions o = threads(2);
+  o.stop_wait_s = 0.2;
+  o.before_check = [gate](int64_t sample) {  // a read of sample 0 that never returns
+    if (sample == 0) gate->wait();
+  };
+  auto ahead = std::make_unique<CheckAhead>(ds, [n](int64_t) {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), int64_t{0});
+    return order;
+  }, o);
+  ASSERT_TRUE(gate->entered());
+  testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  ahead.reset();
+  const double took = test::seconds_since(t0);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(log.find("is still checking " + folder.samples[0].path + " after "), std::string::npos) << log;
+  EXPECT_NE(log.find("left running (detached)"), std::string::npos) << log;
+  gate->open();
+  EXPECT_TRUE(test::eventually([&] { return ds.use_count() == 1; })) << "the thread left running never ended";
+}
+
 TEST(CheckAhead, ItsThreadsRunAtIdlePriority) {
   const auto ds = gpu_dataset(case_folder("check_ahead_idle", 1));
   std::mutex m;
   std::vector<int> policies, nices;
   CheckAheadOptions o;
   o.threads = 2;
-  CheckAhead ahead(*ds, [&](int64_t) {  // called on a checking thread
+  CheckAhead ahead(ds, [&](int64_t) {  // called on a checking thread
     std::lock_guard<std::mutex> lock(m);
     policies.push_back(sched_getscheduler(0));
     nices.push_back(getpriority(PRIO_PROCESS, 0));

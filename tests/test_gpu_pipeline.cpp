@@ -5,6 +5,7 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -274,6 +275,66 @@ TEST(GpuPipeline, DualStreamCopierSurvivesAbandonedEpochsAndPassesOnWorkerErrors
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
   }
+}
+
+// dual_stream: the copier thread waits in loader.next() on a worker stuck on sample `stuck` (a read that never
+// returns) while the training thread waits in next() for the copier.
+data::LoaderOptions stuck_on(int64_t stuck, const std::shared_ptr<test::Gate>& gate) {
+  data::LoaderOptions lo = loader(2, 2);
+  lo.before_load = [gate, stuck](int64_t sample) {
+    if (sample == stuck) gate->wait();
+  };
+  return lo;
+}
+
+TEST(GpuPipeline, DualStreamPassesAStuckSampleToTheTrainingThread) {
+  SKIP_WITHOUT_CUDA();
+  auto ds = dataset(test::make_dataset("gpu_stuck", 2, 6, 1, 32), TransferDtype::kUint8);
+  const int64_t stuck = 5;
+  auto gate = std::make_shared<test::Gate>();
+  test::OpenAtExit release{gate};
+  data::LoaderOptions lo = stuck_on(stuck, gate);
+  lo.sample_timeout_s = 0.3;
+  {
+    Feeder f(ds, lo, mode("dual_stream", TransferDtype::kUint8), on_cuda());
+    f.start_epoch(0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string error = test::message_of<data::StuckSample>([&] {
+      while (f.next()) {
+      }
+    });
+    EXPECT_LT(test::seconds_since(t0), 10.0);
+    EXPECT_NE(error.find("a worker is still loading " + ds->folder().samples[stuck].path), std::string::npos) << error;
+  }  // destroyed with the worker still stuck: the copier and the loader must return
+  gate->open();
+  EXPECT_TRUE(test::eventually([&] { return ds.use_count() == 1; })) << "the stuck worker never ended";
+}
+
+TEST(GpuPipeline, DualStreamEndsAWaitOnAStuckWorkerWhenAStopIsRequested) {
+  SKIP_WITHOUT_CUDA();
+  auto ds = dataset(test::make_dataset("gpu_interrupted", 2, 6, 1, 32), TransferDtype::kUint8);
+  const int64_t stuck = 5;
+  auto gate = std::make_shared<test::Gate>();
+  test::OpenAtExit release{gate};
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  data::LoaderOptions lo = stuck_on(stuck, gate);  // no sample_timeout_s: only the stop can end the wait
+  lo.stop_requested = [stop] { return stop->load(); };
+  lo.before_load = [gate, stop, stuck](int64_t sample) {
+    if (sample != stuck) return;
+    *stop = true;  // Ctrl-C while this worker is stuck
+    gate->wait();
+  };
+  Feeder f(ds, lo, mode("dual_stream", TransferDtype::kUint8), on_cuda());
+  f.start_epoch(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(
+      {
+        while (f.next()) {
+        }
+      },
+      data::Interrupted);
+  EXPECT_LT(test::seconds_since(t0), 10.0);
+  gate->open();
 }
 
 }  // namespace

@@ -3,10 +3,13 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <set>
 
+#include "data/detached.h"
 #include "data/error.h"
 #include "data/loader.h"
 #include "test_util.h"
@@ -36,6 +39,15 @@ class VectorArena : public BatchArena {
     return acquired_;
   }
   std::optional<int> acquire() override { return try_acquire(); }
+  std::vector<uint8_t> bytes() {  // every slot's images and labels, back to back
+    std::vector<uint8_t> out;
+    for (size_t i = 0; i < images_.size(); ++i) {
+      out.insert(out.end(), images_[i].begin(), images_[i].end());
+      const auto* l = reinterpret_cast<const uint8_t*>(labels_[i].data());
+      out.insert(out.end(), l, l + labels_[i].size() * sizeof(int64_t));
+    }
+    return out;
+  }
   void release(int s, std::shared_ptr<Fence>) override {
     std::lock_guard<std::mutex> l(m_);
     free_.push_back(s);
@@ -291,6 +303,100 @@ TEST(Loader, AWorkerThatCannotStartIsAnErrorAndTheStartedOnesAreJoined) {
   // The loader is usable again once threads can start.
   Loader loader(ds, options(2, 2), &arena);
   EXPECT_EQ(loader.workers(), 2);
+}
+
+// A loader whose worker never returns from sample `stuck` until the gate opens: a read stuck on a network file
+// system, or a decoder looping inside its library.
+LoaderOptions stuck_on(int64_t stuck, const std::shared_ptr<test::Gate>& gate, LoaderOptions o) {
+  o.before_load = [gate, stuck](int64_t sample) {
+    if (sample == stuck) gate->wait();
+  };
+  return o;
+}
+
+TEST(Loader, AWorkerStuckOnASampleRaisesStuckSampleNamingItsFile) {
+  const std::string root = test::make_dataset("loader_stuck", 2, 6, 1, 24);
+  auto ds = open(root);
+  const int64_t stuck = 7;
+  const std::string path = ds->folder().samples[stuck].path;
+  auto gate = std::make_shared<test::Gate>();
+  test::OpenAtExit release{gate};
+  LoaderOptions o = stuck_on(stuck, gate, options(2, 2));
+  o.sample_timeout_s = 0.3;
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  {
+    Loader loader(ds, o, &arena);
+    loader.start_epoch(0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string error = test::message_of<StuckSample>([&] {
+      while (auto b = loader.next()) loader.recycle(*b);
+    });
+    EXPECT_LT(test::seconds_since(t0), 10.0);
+    EXPECT_EQ(error.rfind("no progress for ", 0), 0u) << error;
+    EXPECT_NE(error.find(" s: a worker is still loading " + path + " (data.sample_timeout_s = 0.3)"), std::string::npos)
+        << error;
+    EXPECT_THROW(loader.next(), DataError) << "still stuck; a DataError, as an unreadable file";
+    EXPECT_THROW(loader.start_epoch(1), StuckSample) << "abandoning the epoch waits for the same worker";
+  }
+  gate->open();
+  EXPECT_TRUE(test::eventually([&] { return ds.use_count() == 1; })) << "the worker left running never ended";
+}
+
+TEST(Loader, AStopRequestedWhileNextWaitsRaisesInterrupted) {
+  const std::string root = test::make_dataset("loader_interrupted", 2, 6, 1, 24);
+  auto ds = open(root);
+  const int64_t stuck = 4;
+  auto gate = std::make_shared<test::Gate>();
+  test::OpenAtExit release{gate};
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  LoaderOptions o = options(2, 2);  // no sample_timeout_s: only the stop can end the wait
+  o.stop_requested = [stop] { return stop->load(); };
+  o.before_load = [gate, stop, stuck](int64_t sample) {
+    if (sample != stuck) return;
+    *stop = true;  // Ctrl-C while this worker is stuck
+    gate->wait();
+  };
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  Loader loader(ds, o, &arena);
+  loader.start_epoch(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string error = test::message_of<Interrupted>([&] {
+    while (auto b = loader.next()) loader.recycle(*b);
+  });
+  EXPECT_LT(test::seconds_since(t0), 10.0);
+  EXPECT_EQ(error, "interrupted: a stop was requested while waiting for the next batch");
+  EXPECT_TRUE(*stop);
+  gate->open();  // the worker ends its sample: the loader is destroyed as usual
+}
+
+TEST(Loader, DestroyedWithAWorkerStuckItReturnsAndTheWorkerNeverWritesIntoTheArena) {
+  const std::string root = test::make_dataset("loader_stuck_destroyed", 2, 6, 1, 24);
+  auto ds = open(root);
+  const int64_t stuck = 2;
+  const std::string path = ds->folder().samples[stuck].path;
+  auto gate = std::make_shared<test::Gate>();
+  test::OpenAtExit release{gate};
+  LoaderOptions o = stuck_on(stuck, gate, options(2, 2));
+  o.sample_timeout_s = 0.3;  // shutdown waits for a worker no longer than this
+  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  const int detached = detached_threads();
+  auto loader = std::make_unique<Loader>(ds, o, &arena);
+  loader->start_epoch(0);
+  ASSERT_TRUE(gate->entered()) << "sample " << stuck << " never loaded";
+  testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  loader.reset();
+  const double took = test::seconds_since(t0);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(log.find("is still loading " + path + " after "), std::string::npos) << log;
+  EXPECT_NE(log.find("left running (detached)"), std::string::npos) << log;
+  EXPECT_GE(detached_threads(), detached + 1);
+  // The worker finishes its sample after the Loader is gone: it must drop it, not write it into a batch slot.
+  const std::vector<uint8_t> before = arena.bytes();
+  gate->open();
+  EXPECT_TRUE(test::eventually([&] { return ds.use_count() == 1; })) << "the worker left running never ended";
+  EXPECT_TRUE(arena.bytes() == before) << "a worker left running wrote into the arena";
 }
 
 }  // namespace

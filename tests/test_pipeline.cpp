@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 
+#include "data/error.h"
 #include "data/image_folder.h"
 #include "pipeline/feeder.h"
 #include "pipeline/host_ring.h"
@@ -138,6 +141,69 @@ TEST(Feeder, CpuDeliversNormalisedBatchesInEitherTransferDtype) {
     EXPECT_GT(mean, -2.5);
     EXPECT_LT(mean, 2.5);
   }
+}
+
+// A CPU Feeder (mode pageable) over a dataset whose sample `stuck` blocks at the gate, as a read that never returns.
+struct StuckFeed {
+  explicit StuckFeed(const std::string& name) {
+    const std::string root = test::make_dataset(name, 2, 6, 1, 32);
+    data::TransformOptions t;
+    t.size = 16;
+    dataset = std::make_shared<data::Dataset>(data::scan_image_folder(root, "train"), t, true,
+                                              data::BadImagePolicy::kSkip);
+    loader.batch_size = 2;
+    loader.workers = 2;
+    loader.before_load = [gate = gate, stuck = stuck](int64_t sample) {
+      if (sample == stuck) gate->wait();
+    };
+  }
+  const int64_t stuck = 5;
+  std::shared_ptr<test::Gate> gate = std::make_shared<test::Gate>();
+  test::OpenAtExit release{gate};
+  std::shared_ptr<data::Dataset> dataset;
+  data::LoaderOptions loader;
+};
+
+TEST(Feeder, AStuckSampleReachesTheTrainingThreadAsStuckSample) {
+  StuckFeed feed("feeder_stuck");
+  feed.loader.sample_timeout_s = 0.3;
+  const std::string path = feed.dataset->folder().samples[feed.stuck].path;
+  {
+    Feeder feeder(feed.dataset, feed.loader, PipelineOptions{}, FeederOptions{});
+    feeder.start_epoch(0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string error = test::message_of<data::StuckSample>([&] {
+      while (feeder.next()) {
+      }
+    });
+    EXPECT_LT(test::seconds_since(t0), 10.0);
+    EXPECT_NE(error.find("a worker is still loading " + path + " (data.sample_timeout_s = 0.3)"), std::string::npos)
+        << error;
+  }  // destroyed with the worker still stuck: must return
+  feed.gate->open();
+  EXPECT_TRUE(test::eventually([&] { return feed.dataset.use_count() == 1; })) << "the stuck worker never ended";
+}
+
+TEST(Feeder, AStopRequestedEndsAWaitingNextWithInterrupted) {
+  StuckFeed feed("feeder_interrupted");
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  feed.loader.stop_requested = [stop] { return stop->load(); };
+  feed.loader.before_load = [gate = feed.gate, stuck = feed.stuck, stop](int64_t sample) {
+    if (sample != stuck) return;
+    *stop = true;  // Ctrl-C while this worker is stuck
+    gate->wait();
+  };
+  Feeder feeder(feed.dataset, feed.loader, PipelineOptions{}, FeederOptions{});
+  feeder.start_epoch(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(
+      {
+        while (feeder.next()) {
+        }
+      },
+      data::Interrupted);
+  EXPECT_LT(test::seconds_since(t0), 10.0);
+  feed.gate->open();
 }
 
 TEST(StepMeter, IdleFractionFromHandMadeSpans) {

@@ -1,15 +1,20 @@
-// Shared test helpers: a tiny generated ImageFolder in a temporary directory, a run's metric rows.
+// Shared test helpers: a tiny generated ImageFolder in a temporary directory, a run's metric rows, a gate that
+// holds a thread as a stuck read would.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <ftw.h>
 #include <unistd.h>
@@ -143,5 +148,55 @@ class SampleReader {
   std::vector<uint8_t> pixels_;
   data::DecodeScratch scratch_;
 };
+
+// Holds every thread that calls wait() until open(): a read that never returns, for the tests of stuck samples
+// (LoaderOptions::before_load, CheckAheadOptions::before_check). Share it (a shared_ptr in the hook): a thread the
+// code under test left running keeps it alive until it passes.
+class Gate {
+ public:
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++entered_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  // Whether a thread reached wait() within `bound`.
+  bool entered(std::chrono::seconds bound = std::chrono::seconds(30)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, bound, [&] { return entered_ > 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int entered_ = 0;
+};
+
+// Opens the gate when the test's scope ends, however it ends (a failed ASSERT too): no thread stays blocked.
+struct OpenAtExit {
+  std::shared_ptr<Gate> gate;
+  ~OpenAtExit() { gate->open(); }
+};
+
+// Whether done() became true within `bound`, asked every millisecond: for an end the test cannot be told of.
+template <class Done>
+bool eventually(Done done, std::chrono::seconds bound = std::chrono::seconds(30)) {
+  const auto end = std::chrono::steady_clock::now() + bound;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace pinfeed::test
