@@ -6,14 +6,14 @@
 #include <cstdio>
 #include <iostream>
 
-#include "app/bench.h"
-#include "app/config.h"
-#include "app/distributed.h"
-#include "app/exit_codes.h"
-#include "app/plan.h"
-#include "app/run_files.h"
-#include "app/signals.h"
-#include "app/trainer.h"
+#include "app/bench/bench.h"
+#include "app/config/config.h"
+#include "app/config/exit_codes.h"
+#include "app/dist/distributed.h"
+#include "app/plan/start.h"
+#include "app/run/run_files.h"
+#include "app/run/signals.h"
+#include "app/train/trainer.h"
 #include "common/log.h"
 #include "data/error.h"
 #include "data/synthetic.h"
@@ -33,14 +33,6 @@ int print_config_help() {
   return app::kExitOk;
 }
 
-std::vector<std::string> with_cli_overrides(std::vector<std::string> overrides, const std::string& mode,
-                                            const std::string& device, const std::string& decoder) {
-  if (!mode.empty()) overrides.push_back("pipeline.mode=\"" + mode + "\"");
-  if (!device.empty()) overrides.push_back("train.device=\"" + device + "\"");
-  if (!decoder.empty()) overrides.push_back("data.decoder=\"" + decoder + "\"");
-  return overrides;
-}
-
 int run(int argc, char** argv) {
   CLI::App cli{"pinfeed: is the GPU computing, or waiting for data? ResNet-50 training with switchable "
                "host-to-device transfer modes."};
@@ -48,19 +40,18 @@ int run(int argc, char** argv) {
   cli.set_version_flag("--version", "pinfeed 0.1.0");
 
   auto* train = cli.add_subcommand("train", "train ResNet-50 from a TOML config");
-  std::string config_path, mode, device, decoder, resume;
-  std::vector<std::string> overrides;
-  train->add_option("--config,-c", config_path, "TOML config file")->required();
-  train->add_option("--mode", mode, "transfer mode preset: " + pipeline::preset_names());
-  train->add_option("--device", device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
-  train->add_option("--decoder", decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
-      ->check(CLI::IsMember(app::kDecoders));
+  app::StartArgs start;
+  std::string resume;
+  train->add_option("--config,-c", start.config, "TOML config file")->required();
+  train->add_option("--mode", start.mode, "transfer mode preset: " + pipeline::preset_names());
+  train->add_option("--device", start.device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
+  app::add_decoder_option(*train, start.decoder);
   train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name)");
   int64_t stop_after_steps = 0;
   train->add_option("--stop-after-steps", stop_after_steps, "stop as on Ctrl-C after N steps (tests)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group("");  // hidden
-  train->add_option("overrides", overrides, "section.key=value, TOML value syntax (e.g. train.lr=0.2 data.root=\"/x\")");
+  train->add_option("overrides", start.overrides, "section.key=value, TOML value syntax (e.g. train.lr=0.2 data.root=\"/x\")");
 
   auto* gen = cli.add_subcommand("gen-data", "write a learnable synthetic ImageFolder of JPEG files");
   data::SyntheticOptions so;
@@ -103,11 +94,9 @@ int run(int argc, char** argv) {
     log::info("wrote " + std::to_string(n) + " images to " + so.out);
     return app::kExitOk;
   }
-  if (*bench) return app::run_bench(bench_args);
+  if (*bench) return app::run_bench(bench_args, app::signal_stop());
 
-  app::install_signal_handlers();
-  const app::Config config = app::load_config(config_path, with_cli_overrides(overrides, mode, device, decoder));
-  const app::TrainResult result = app::train(app::resolve_plan(config, app::dist_env_from_environment()), {resume, stop_after_steps});
+  const app::TrainResult result = app::train(app::start(start), {resume, stop_after_steps}, app::signal_stop());
   if (result.interrupted) return app::kExitInterrupted;
   if (result.main_rank && !result.epochs.empty()) {
     const auto& e = result.epochs.back();

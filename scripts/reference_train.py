@@ -17,7 +17,7 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
 - optimiser: SGD(momentum, nesterov, dampening 0; fused on CUDA, as pinfeed's at::_fused_sgd_), weight decay on
   every parameter of dimension > 1 only when train.decay_bn_and_bias = false (pinfeed: BN weights and biases and
   every bias, i.e. the parameters of dimension <= 1).
-- learning rate, set before every step from the global step (app/lr_schedule.cpp): warm-up lr * (s + 1) / W for
+- learning rate, set before every step from the global step (app/optim/lr_schedule.cpp): warm-up lr * (s + 1) / W for
   s < W = warmup_epochs * steps_per_epoch, then min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with p = (s - W) /
   (E * steps_per_epoch - W); lr and min_lr scaled by batch / train.lr_reference_batch when that is set.
 - loss: cross-entropy with train.label_smoothing under bf16 or fp16 autocast (train.precision), fp16 with
@@ -136,7 +136,7 @@ def load_config(path, overrides):
 
 
 def learning_rate(t, step, steps_per_epoch, scale):
-    """app/lr_schedule.cpp, line for line."""
+    """app/optim/lr_schedule.cpp, line for line."""
     lr, min_lr = t["lr"] * scale, t["min_lr"] * scale
     warmup = t["warmup_epochs"] * steps_per_epoch
     total = float(t["epochs"]) * steps_per_epoch

@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
-#include "app/checkpoint.h"
-#include "app/run_files.h"
+#include "app/run/checkpoint.h"
+#include "app/run/run_files.h"
 #include "test_util.h"
 
 namespace pinfeed::app {

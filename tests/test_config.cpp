@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "app/config.h"
+#include "app/config/config.h"
 #include "test_util.h"
 
 namespace pinfeed::app {

@@ -18,13 +18,13 @@
 #include <set>
 #include <sstream>
 
-#include "app/checkpoint.h"
-#include "app/distributed.h"
-#include "app/evaluate.h"
-#include "app/grad_sync.h"
-#include "app/plan.h"
-#include "app/sgd.h"
-#include "app/step_runner.h"
+#include "app/dist/distributed.h"
+#include "app/dist/grad_sync.h"
+#include "app/optim/sgd.h"
+#include "app/plan/plan.h"
+#include "app/run/checkpoint.h"
+#include "app/step/step_runner.h"
+#include "app/train/evaluate.h"
 #include "data/shard.h"
 #include "rank_process.h"
 #include "test_util.h"

@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "app/trainer.h"
+#include "app/train/trainer.h"
 #include "pipeline/gpu.h"
 #include "test_util.h"
 
@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 TEST(GpuTrace, DualStreamTraceHoldsTheKernelsOnTheComputeStreamAndTheCopiesOnTheirOwn) {
+  StopRequest stop;
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const std::string root = test::make_dataset("gpu_trace", 2, 32, 1, 40);  // 4 steps an epoch
   const Config c = parse_config_string(
@@ -27,7 +28,7 @@ TEST(GpuTrace, DualStreamTraceHoldsTheKernelsOnTheComputeStreamAndTheCopiesOnThe
       "[pipeline]\nmode = \"dual_stream\"\nwarmup_steps = 1\n[run]\nname = \"t\"\n",
       "gpu_trace.toml", {"data.root=\"" + root + "\"", "run.dir=\"" + test::fresh_dir("gpu_trace_runs") + "\"",
                          "train.epochs=2", "run.trace_steps=\"5-7\""});
-  const TrainResult r = train(resolve_plan(c), {});
+  const TrainResult r = train(resolve_plan(c), {}, stop);
   const fs::path file = fs::path(r.run_dir) / "trace_steps_5-7.json";
   ASSERT_TRUE(fs::exists(file));
   std::ifstream in(file);

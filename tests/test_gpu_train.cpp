@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "app/datasets.h"
-#include "app/resume.h"
-#include "app/step_runner.h"
+#include "app/plan/datasets.h"
+#include "app/step/step_runner.h"
+#include "app/train/resume.h"
 #include "pipeline/feeder.h"
 #include "pipeline/gpu.h"
 #include "pipeline/jpeg_decoder.h"

@@ -1,4 +1,4 @@
-// The fp16 loss scaler (app/loss_scaler.h) and the optimizer's skip, on the CPU: ATen's amp kernels run there
+// The fp16 loss scaler (app/optim/loss_scaler.h) and the optimizer's skip, on the CPU: ATen's amp kernels run there
 // too, so the semantics are checked without a GPU; the GPU tests train with them.
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "app/loss_scaler.h"
-#include "app/sgd.h"
+#include "app/optim/loss_scaler.h"
+#include "app/optim/sgd.h"
 
 namespace pinfeed::app {
 namespace {

@@ -4,7 +4,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "app/plan.h"
+#include "app/plan/plan.h"
+#include "app/plan/start.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -63,20 +64,22 @@ TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {
   EXPECT_NE(bad.find("model.fused_bn"), std::string::npos) << bad;
 }
 
-// nvJPEG's own streams get hardware queues of their own (plan.cpp says why); set before CUDA initialises, only
-// where the GPU decoder may run, and never over the user's value.
+// nvJPEG's own streams get hardware queues of their own (start.cpp says why); set before CUDA initialises, only
+// where the GPU decoder may run, and never over the user's value. Resolving a plan sets nothing: start() does.
 TEST(Plan, TheGpuDecoderAsksForThirtyTwoHardwareQueuesUnlessTheUserChoseANumber) {
   const char* kQueues = "CUDA_DEVICE_MAX_CONNECTIONS";
   ::unsetenv(kQueues);
-  resolve_plan(cpu_config({"data.decoder=auto"}));  // train.device = "cpu": CUDA is not used
-  resolve_plan(parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", {"data.decoder=cpu"}));
+  set_cuda_environment(cpu_config({"data.decoder=auto"}));  // train.device = "cpu": CUDA is not used
+  set_cuda_environment(parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", {"data.decoder=cpu"}));
   EXPECT_EQ(std::getenv(kQueues), nullptr);
   const Config gpu_decoder = parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", {"data.decoder=auto"});
-  resolve_plan(gpu_decoder);  // device "auto": on a machine without CUDA the variable is set and unused
+  resolve_plan(gpu_decoder);
+  EXPECT_EQ(std::getenv(kQueues), nullptr) << "resolving a plan changes no process state";
+  set_cuda_environment(gpu_decoder);  // device "auto": on a machine without CUDA the variable is set and unused
   ASSERT_NE(std::getenv(kQueues), nullptr);
   EXPECT_STREQ(std::getenv(kQueues), "32");
   ::setenv(kQueues, "8", 1);
-  resolve_plan(gpu_decoder);
+  set_cuda_environment(gpu_decoder);
   EXPECT_STREQ(std::getenv(kQueues), "8");
   ::unsetenv(kQueues);
 }

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "app/run_files.h"
-#include "app/run_outputs.h"
+#include "app/run/run_files.h"
+#include "app/run/run_outputs.h"
 #include "test_util.h"
 
 namespace pinfeed::app {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "app/signals.h"
+#include "app/run/signals.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -28,7 +28,7 @@ TEST(Signals, TheFirstSignalInTrainingOnlyRequestsAStop) {
         install_signal_handlers();
         training_started();
         std::raise(SIGTERM);
-        std::exit(g_stop_requested ? 7 : 0);
+        std::exit(signal_stop().requested() ? 7 : 0);
       },
       ::testing::ExitedWithCode(7), "");
 }

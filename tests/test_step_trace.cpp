@@ -8,8 +8,8 @@
 #include <fstream>
 #include <map>
 
-#include "app/bench.h"
-#include "app/trainer.h"
+#include "app/bench/bench.h"
+#include "app/train/trainer.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -41,8 +41,9 @@ std::map<std::string, int> ranges_in(const json& trace) {
 }
 
 TEST(StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
+  StopRequest stop;
   const std::string root = test::make_dataset("trace_train", 2, 24, 1, 32);
-  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_train_runs"), 2, "4-5")), {});
+  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_train_runs"), 2, "4-5")), {}, stop);
   ASSERT_EQ(r.epochs.size(), 2u);
   const fs::path file = fs::path(r.run_dir) / "trace_steps_4-5.json";
   ASSERT_TRUE(fs::exists(file));
@@ -63,18 +64,20 @@ TEST(StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
 }
 
 TEST(StepTrace, TrainWithoutTraceStepsWritesNoTrace) {
+  StopRequest stop;
   const std::string root = test::make_dataset("trace_none", 2, 16, 1, 32);
-  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_none_runs"), 1, "")), {});
+  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_none_runs"), 1, "")), {}, stop);
   for (const auto& entry : fs::directory_iterator(r.run_dir)) {
     EXPECT_EQ(entry.path().filename().string().rfind("trace", 0), std::string::npos) << entry.path();
   }
 }
 
 TEST(StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
+  StopRequest stop;
   const std::string root = test::make_dataset("trace_refuse", 2, 24, 1, 32);
   const std::string runs = test::fresh_dir("trace_refuse_runs");
   auto error = [&](const std::string& steps) {
-    return test::message_of<ConfigError>([&] { train(resolve_plan(tiny_config(root, runs, 2, steps)), {}); });
+    return test::message_of<ConfigError>([&] { train(resolve_plan(tiny_config(root, runs, 2, steps)), {}, stop); });
   };
   const std::string across = error("2-3");
   EXPECT_NE(across.find("run.trace_steps = \"2-3\" crosses the end of epoch 1 (its steps are 0-2)"), std::string::npos)
@@ -86,20 +89,21 @@ TEST(StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
 }
 
 TEST(StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
+  StopRequest stop;
   const std::string root = test::make_dataset("trace_bench", 2, 16, 0, 32);
   const std::string dir = test::fresh_dir("trace_bench_out");
   const std::string config = dir + "/bench.toml";
   std::ofstream(config) << "[data]\nroot = \"" << root << "\"\nimage_size = 32\nworkers = 2\n[train]\ndevice = \"cpu\"\n"
                         << "batch_size = 8\nprecision = \"fp32\"\n";
   BenchArgs a;
-  a.config = config;
+  a.start.config = config;
   a.modes = {"pageable", "loader_only"};
   a.repeats = 2;  // the first repeat alone is traced
   a.warmup = 2;
   a.steps = 4;
   a.trace_steps = "1-2";
   a.out = dir + "/out";
-  ASSERT_EQ(run_bench(a), 0);
+  ASSERT_EQ(run_bench(a, stop), 0);
   for (const char* row : {"pageable", "loader_only"}) {
     const fs::path file = fs::path(a.out) / ("trace." + std::string(row) + ".json");
     ASSERT_TRUE(fs::exists(file)) << file;
@@ -112,14 +116,15 @@ TEST(StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
 }
 
 TEST(StepTrace, BenchRefusesARangePastItsTimedSteps) {
+  StopRequest stop;
   BenchArgs a;
-  a.config = "/unused.toml";  // refused before the config is read
+  a.start.config = "/unused.toml";  // refused before the config is read
   a.steps = 100;
   a.trace_steps = "90-100";
-  const std::string e = test::message_of<ConfigError>([&] { run_bench(a); });
+  const std::string e = test::message_of<ConfigError>([&] { run_bench(a, stop); });
   EXPECT_NE(e.find("--trace-steps 90-100 goes past the last timed step, 99 (--steps 100"), std::string::npos) << e;
   a.trace_steps = "x";
-  EXPECT_NE(test::message_of<ConfigError>([&] { run_bench(a); }).find("--trace-steps must be \"A-B\""), std::string::npos);
+  EXPECT_NE(test::message_of<ConfigError>([&] { run_bench(a, stop); }).find("--trace-steps must be \"A-B\""), std::string::npos);
 }
 
 }  // namespace

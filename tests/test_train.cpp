@@ -7,10 +7,10 @@
 #include <sstream>
 #include <vector>
 
-#include "app/checkpoint.h"
-#include "app/lr_schedule.h"
-#include "app/signals.h"
-#include "app/trainer.h"
+#include "app/optim/lr_schedule.h"
+#include "app/run/checkpoint.h"
+#include "app/run/signals.h"
+#include "app/train/trainer.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -26,9 +26,10 @@ Config tiny_config(const std::string& root, const std::string& runs, int epochs)
 }
 
 TEST(Train, ShortCpuRunLowersTheLossAndWritesItsRun) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_small", 2, 24, 4, 32);
   const std::string runs = test::fresh_dir("train_runs");
-  const TrainResult r = train(resolve_plan(tiny_config(root, runs, 4)), {});
+  const TrainResult r = train(resolve_plan(tiny_config(root, runs, 4)), {}, stop);
   ASSERT_EQ(r.epochs.size(), 4u);
   EXPECT_LT(r.epochs.back().train_loss, r.epochs.front().train_loss);
   for (const char* f : {"metrics.csv", "metrics.jsonl", "config.toml", "last.pt"}) {
@@ -46,10 +47,11 @@ TEST(Train, ShortCpuRunLowersTheLossAndWritesItsRun) {
 }
 
 TEST(Train, ResumeContinuesFromTheCheckpoint) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_resume", 2, 16, 2, 32);
   const std::string runs = test::fresh_dir("train_resume_runs");
-  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {});
-  const TrainResult resumed = train(resolve_plan(tiny_config(root, runs, 2)), {"last"});
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
+  const TrainResult resumed = train(resolve_plan(tiny_config(root, runs, 2)), {"last"}, stop);
   EXPECT_EQ(resumed.run_dir, first.run_dir);
   ASSERT_EQ(resumed.epochs.size(), 1u);
   EXPECT_EQ(resumed.epochs[0].epoch, 2);
@@ -71,8 +73,9 @@ std::vector<int64_t> epochs_in_jsonl(const fs::path& file) {
 }
 
 std::string resume_error(const Config& config) {
+  StopRequest stop;
   try {
-    train(resolve_plan(config), {"last"});
+    train(resolve_plan(config), {"last"}, stop);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -81,9 +84,10 @@ std::string resume_error(const Config& config) {
 }
 
 TEST(Train, ResumeRefusesAChangedBatchSizeNamingBothValues) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_resume_batch", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_resume_batch_runs");
-  train(resolve_plan(tiny_config(root, runs, 1)), {});
+  train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
   Config changed = tiny_config(root, runs, 2);
   apply_override(changed, "train.batch_size=8");
   const std::string error = resume_error(changed);
@@ -91,9 +95,10 @@ TEST(Train, ResumeRefusesAChangedBatchSizeNamingBothValues) {
 }
 
 TEST(Train, ResumeRefusesAChangedDatasetSizeNamingBothValues) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_resume_data", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_resume_data_runs");
-  train(resolve_plan(tiny_config(root, runs, 1)), {});
+  train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
   const fs::path one = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
   fs::copy_file(one, one.parent_path() / ("added" + one.extension().string()));
   const std::string error = resume_error(tiny_config(root, runs, 2));
@@ -101,10 +106,11 @@ TEST(Train, ResumeRefusesAChangedDatasetSizeNamingBothValues) {
 }
 
 TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_bad_tsv", 2, 8, 1, 32);
   const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
   std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not an image\tat all";
-  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_bad_tsv_runs"), 3)), {});
+  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_bad_tsv_runs"), 3)), {}, stop);
   ASSERT_EQ(r.epochs.size(), 3u);
   const std::vector<std::string> rows = lines_of(fs::path(r.run_dir) / "bad_images.tsv");
   ASSERT_EQ(rows.size(), 2u) << "a header and one row, across 3 epochs";
@@ -120,24 +126,26 @@ TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
 }
 
 TEST(Train, ResumeRemovesAStaleCheckpointTempFile) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_stale_tmp", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_stale_tmp_runs");
-  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {});
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
   const fs::path tmp = fs::path(first.run_dir) / "last.pt.tmp";  // what kill -9 during a save leaves
   std::ofstream(tmp) << "half a checkpoint";
-  train(resolve_plan(tiny_config(root, runs, 2)), {"last"});
+  train(resolve_plan(tiny_config(root, runs, 2)), {"last"}, stop);
   EXPECT_FALSE(fs::exists(tmp));
 }
 
 TEST(Train, ResumeFromACheckpointOlderThanTheMetricsDoesNotRepeatRows) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_older_ck", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_older_ck_runs");
-  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {});
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
   const fs::path dir = first.run_dir;
   fs::copy_file(dir / "last.pt", dir / "epoch1.pt");
-  train(resolve_plan(tiny_config(root, runs, 2)), {"last"});  // metrics now one epoch ahead of epoch1.pt
+  train(resolve_plan(tiny_config(root, runs, 2)), {"last"}, stop);  // metrics now one epoch ahead of epoch1.pt
   ASSERT_EQ(epochs_in_jsonl(dir / "metrics.jsonl"), (std::vector<int64_t>{1, 2}));
-  const TrainResult resumed = train(resolve_plan(tiny_config(root, runs, 3)), {(dir / "epoch1.pt").string()});
+  const TrainResult resumed = train(resolve_plan(tiny_config(root, runs, 3)), {(dir / "epoch1.pt").string()}, stop);
   ASSERT_EQ(resumed.epochs.size(), 2u);
   EXPECT_EQ(epochs_in_jsonl(dir / "metrics.jsonl"), (std::vector<int64_t>{1, 2, 3}));
   const std::vector<std::string> csv = lines_of(dir / "metrics.csv");
@@ -147,9 +155,9 @@ TEST(Train, ResumeFromACheckpointOlderThanTheMetricsDoesNotRepeatRows) {
 
 TEST(Train, AStopBeforeTheFirstStepSavesNothing) {
   const std::string root = test::make_dataset("train_stop_early", 2, 8, 1, 32);
-  g_stop_requested = true;  // as a Ctrl-C between the start of the loop and the first step
-  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_stop_early_runs"), 1)), {});
-  g_stop_requested = false;
+  StopRequest stop;
+  stop.request();  // as a Ctrl-C between the start of the loop and the first step
+  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_stop_early_runs"), 1)), {}, stop);
   EXPECT_TRUE(r.interrupted);
   EXPECT_FALSE(fs::exists(fs::path(r.run_dir) / "last.pt"));
 }
@@ -161,6 +169,7 @@ TEST(Train, AStopBeforeTheFirstStepSavesNothing) {
 // count, and the checkpoint carries the epoch's loss so far. One training file is corrupt: its replacement is
 // drawn alike, and the bad-file count goes on across the resume.
 void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, const std::vector<int64_t>& stops) {
+  StopRequest stop;
   const std::string root = test::make_dataset(name, 2, 40, 2, 32);  // 80 images: 5 steps an epoch
   const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
   std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not an image";
@@ -170,15 +179,15 @@ void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, co
   Config split = whole;
   apply_override(whole, "run.name=\"whole\"");
   apply_override(split, "run.name=\"split\"");
-  const TrainResult a = train(resolve_plan(whole), {});
+  const TrainResult a = train(resolve_plan(whole), {}, stop);
   std::string resume;
   for (const int64_t steps : stops) {
-    const TrainResult stopped = train(resolve_plan(split), {resume, steps});
-    g_stop_requested = false;
+    StopRequest stop_after;  // requested by the run itself, after `steps` steps
+    const TrainResult stopped = train(resolve_plan(split), {resume, steps}, stop_after);
     ASSERT_TRUE(stopped.interrupted) << "after " << steps << " steps";
     resume = "last";
   }
-  const TrainResult b = train(resolve_plan(split), {"last"});
+  const TrainResult b = train(resolve_plan(split), {"last"}, stop);
   ASSERT_FALSE(b.interrupted);
   const Checkpoint ca = load_checkpoint((fs::path(a.run_dir) / "last.pt").string());
   const Checkpoint cb = load_checkpoint((fs::path(b.run_dir) / "last.pt").string());
@@ -218,7 +227,7 @@ TEST(Train, ResumeAtAnEpochBoundaryThenMidEpochEqualsTheUninterruptedRunBitForBi
 }
 
 TEST(Train, LearningRateWarmsUpThenFollowsCosine) {
-  TrainConfig t;
+  LrSchedule t;
   t.lr = 1.0;
   t.epochs = 10;
   t.warmup_epochs = 1;
@@ -230,11 +239,12 @@ TEST(Train, LearningRateWarmsUpThenFollowsCosine) {
 }
 
 TEST(Train, PinnedMemoryOnCpuIsRefusedNamingTheFlag) {
+  StopRequest stop;
   const std::string root = test::make_dataset("train_refuse", 2, 4, 1, 32);
   Config c = tiny_config(root, test::fresh_dir("train_refuse_runs"), 1);
   apply_override(c, "pipeline.pin_memory=true");
   try {
-    train(resolve_plan(c), {});
+    train(resolve_plan(c), {}, stop);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("pipeline.pin_memory = true needs a CUDA device"), std::string::npos) << e.what();

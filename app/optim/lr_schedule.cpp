@@ -1,0 +1,16 @@
+#include "app/optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pinfeed::app {
+
+double learning_rate(const LrSchedule& t, int64_t step, int64_t steps_per_epoch) {
+  const double warmup = t.warmup_epochs * steps_per_epoch;
+  const double total = static_cast<double>(t.epochs) * steps_per_epoch;
+  if (step < warmup) return t.lr * (step + 1) / warmup;
+  const double progress = total > warmup ? (step - warmup) / (total - warmup) : 1.0;
+  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+}  // namespace pinfeed::app

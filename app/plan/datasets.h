@@ -1,0 +1,20 @@
+// The train and val datasets of a plan: the ImageFolder scanned, with the plan's transform and bad-image policy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "app/plan/plan.h"
+#include "data/dataset.h"
+
+namespace pinfeed::app {
+
+struct Datasets {
+  std::shared_ptr<data::Dataset> train, val;  // val null when not asked for
+  int64_t num_classes = 0;
+};
+
+// Throws DataError for a missing or empty folder, ConfigError when model.num_classes is too small.
+Datasets open_datasets(const Plan& plan, bool with_val);
+
+}  // namespace pinfeed::app

@@ -1,0 +1,319 @@
+#include "app/plan/plan.h"
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "common/log.h"
+#include "model/batch_norm.h"
+#include "model/max_pool.h"
+#include "pipeline/gpu.h"
+#include "pipeline/host_ring.h"
+#include "pipeline/jpeg_decoder.h"
+
+namespace pinfeed::app {
+namespace {
+
+// "auto" -> cuda if available else cpu; several ranks on CUDA: cuda:LOCAL_RANK. Throws ConfigError for a
+// device that is not there.
+c10::Device resolve_device(const Config& c, const DistEnv& dist) {
+  const std::string& d = c.train.device;
+  const std::string loc = location_of(c, "train.device");
+  if (d == "cpu" || (d == "auto" && !gpu::available())) return c10::Device(c10::kCPU);
+  if (dist.world > 1) {
+    if (d != "auto" && d != "cuda") {
+      throw ConfigError(loc + ": train.device = \"" + d + "\" with " + std::to_string(dist.world) +
+                        " ranks: each rank takes cuda:LOCAL_RANK; set \"auto\" or \"cuda\" (or \"cpu\")");
+    }
+    if (!gpu::available()) throw ConfigError(loc + ": train.device = \"cuda\" but no CUDA device is available");
+    if (dist.local_rank >= static_cast<int>(torch::cuda::device_count())) {
+      throw ConfigError("LOCAL_RANK = " + std::to_string(dist.local_rank) + " but this host has only " +
+                        std::to_string(torch::cuda::device_count()) + " CUDA device(s): start at most that many "
+                        "processes per host (torchrun --nproc-per-node)");
+    }
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dist.local_rank));
+  }
+  if (d == "auto") return c10::Device(c10::kCUDA, 0);
+  if (!gpu::available()) {
+    throw ConfigError(loc + ": train.device = \"" + d + "\" but no CUDA device is available" +
+                      (gpu::compiled_with_cuda() ? "" : " (this build's LibTorch has no CUDA)"));
+  }
+  c10::Device device(d);
+  if (!device.has_index()) device = c10::Device(c10::kCUDA, 0);
+  if (device.index() >= static_cast<int>(torch::cuda::device_count())) {
+    throw ConfigError(loc + ": train.device = \"" + d + "\" but only " + std::to_string(torch::cuda::device_count()) +
+                      " CUDA device(s) exist");
+  }
+  return device;
+}
+
+struct Problem {
+  std::string key, message;  // message empty: none
+};
+
+// What keeps the pipeline flags or the precision from running on the plan's device, and the key at fault.
+Problem device_problem(const Plan& p) {
+  const Config& c = p.config;
+  if (auto problem = pipeline::check_options(p.pipeline, p.device.is_cuda()); !problem.empty()) {
+    return {c.pipeline.mode.empty() ? problem.substr(0, problem.find(' ')) : "pipeline.mode", problem};
+  }
+  if (!p.device.is_cuda() && p.cuda_graph) {
+    return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
+  }
+  if (!p.device.is_cuda() && (p.precision == Precision::kBf16 || p.precision == Precision::kFp16)) {
+    return {"train.precision", "train.precision = \"" + c.train.precision + "\" needs a CUDA device (device is cpu)"};
+  }
+  return {};
+}
+
+data::LoaderOptions loader_options(const Config& c, bool train) {
+  data::LoaderOptions o;
+  o.batch_size = c.train.batch_size;
+  o.workers = static_cast<int>(c.data.workers);
+  o.prefetch_batches = static_cast<int>(c.data.prefetch_batches);
+  o.shuffle = train;
+  o.drop_last = train;
+  o.prefetch_next_epoch = train;  // validation always re-reads epoch 0
+  o.seed = static_cast<uint64_t>(c.train.seed);
+  return o;
+}
+
+constexpr int kMaxWorkersPerCore = 4;  // decode threads are CPU-bound: past a few per core they only contend
+constexpr int kMaxWorkers = 1024;
+
+std::string size_text(double bytes) {  // "1.5 GiB", "147 MiB"
+  char s[32];
+  if (bytes >= (1 << 30)) std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1 << 30));
+  else std::snprintf(s, sizeof s, "%.0f MiB", bytes / (1 << 20));
+  return s;
+}
+
+// The memory this process may use: physical RAM, or a container's cgroup limit where that is lower (the OOM
+// killer goes by the lower one). 0 if unknown.
+double host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  double bytes = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0;
+  for (const char* limit_file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(limit_file);
+    double limit = 0;
+    if (in >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // "max" reads as no number
+  }
+  return bytes;
+}
+
+// Sizes the config multiplies into, against this machine, before anything is allocated: decode threads, the host
+// batch rings (pinned or pageable: a pinned ring over its budget falls back to pageable, so the pageable size is
+// the one that must fit) and one input batch on the device. Throws ConfigError naming the keys and the sizes.
+void check_resources(const Plan& p) {
+  const Config& c = p.config;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int max_workers = std::min(kMaxWorkers, kMaxWorkersPerCore * cores);
+  if (p.train_loader.workers > max_workers) {
+    throw ConfigError(location_of(c, "data.workers") + ": data.workers = " + std::to_string(p.train_loader.workers) +
+                      " decode threads is more than " + std::to_string(kMaxWorkersPerCore) + " per core (" +
+                      std::to_string(cores) + " cores here): set at most " + std::to_string(max_workers) +
+                      ", or 0 for the default (" + std::to_string(data::default_workers(p.dist.local_world)) + ")");
+  }
+
+  // Every rank on this host holds a training ring and, with train.eval, a validation ring, at the same time.
+  const int slots = p.feeder.ring_slots > 0 ? p.feeder.ring_slots : p.train_loader.prefetch_batches + 2;
+  const size_t image_bytes = data::bytes_per_image(p.transform.format, p.transform.size);
+  const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
+  const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist.local_world);
+  // Half the memory: the rest is for the decode workers' scratch, the dataset index, the model and its
+  // optimizer state on the CPU, LibTorch and the OS.
+  const double memory = host_memory_bytes(), allowed = memory / 2;
+  if (memory > 0 && ring * rings > allowed) {
+    throw ConfigError(location_of(c, c.locations.count("data.prefetch_batches") ? "data.prefetch_batches" : "train.batch_size") +
+                      ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
+                      std::to_string(slots) + " slots = data.prefetch_batches " + std::to_string(p.train_loader.prefetch_batches) +
+                      " + 2, of train.batch_size " + std::to_string(p.train_loader.batch_size) + " x data.image_size " +
+                      std::to_string(p.transform.size) + " px = " + size_text(ring / slots) + " per batch), over half of this "
+                      "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or data.image_size");
+  }
+
+  if (p.device.is_cuda()) {
+    // A lower bound only (the activations need many times more), but it turns an allocation failure deep in the
+    // first step into a message; float32 is what the model sees whatever pipeline.transfer_dtype carries.
+    const double batch = static_cast<double>(p.train_loader.batch_size) * 3 * p.transform.size * p.transform.size * 4;
+    const auto info = gpu::device_info(p.device.index());
+    if (info.total_memory > 0 && batch > static_cast<double>(info.total_memory)) {
+      throw ConfigError(location_of(c, "train.batch_size") + ": one input batch (train.batch_size " +
+                        std::to_string(p.train_loader.batch_size) + " x data.image_size " + std::to_string(p.transform.size) +
+                        " px, float32) is " + size_text(batch) + ", more than the " + size_text(static_cast<double>(info.total_memory)) +
+                        " of " + p.device.str() + " (" + info.name + "): lower train.batch_size or data.image_size");
+    }
+  }
+}
+
+// model.fused_bn: cuDNN's fused BatchNorm reads NHWC bf16/fp16 tensors, so it needs CUDA, channels_last and
+// autocast; "auto" takes it wherever it can run, "on" insists (a ConfigError saying what is missing).
+bool resolve_fused_bn(const Plan& p) {
+  const Config& c = p.config;
+  if (c.model.fused_bn == "off") return false;
+  std::string missing;
+  if (!p.device.is_cuda()) {
+    missing = "a CUDA device (device is " + p.device.str() + ")";
+  } else if (!p.channels_last) {
+    missing = "train.channels_last = true";
+  } else if (!p.autocast) {
+    missing = "train.precision = \"bf16\" or \"fp16\" (is \"" + c.train.precision + "\")";
+  } else if (const std::string why = model::fused_batch_norm_unavailable_reason(); !why.empty()) {
+    missing = "cuDNN: " + why;
+  }
+  if (missing.empty()) return true;
+  if (c.model.fused_bn == "on") {
+    throw ConfigError(location_of(c, "model.fused_bn") + ": model.fused_bn = \"on\" needs " + missing +
+                      "; set \"auto\" to fall back to ATen's BatchNorm");
+  }
+  return false;
+}
+
+// model.max_pool: pinfeed's kernels run on CUDA and read and write channels_last (with a contiguous model they
+// would add two copies); "auto" takes them wherever they can run, "pinfeed" insists.
+bool resolve_stem_max_pool(const Plan& p) {
+  const Config& c = p.config;
+  if (c.model.max_pool == "aten") return false;
+  std::string missing;
+  if (!p.device.is_cuda()) {
+    missing = "a CUDA device (device is " + p.device.str() + ")";
+  } else if (!p.channels_last) {
+    missing = "train.channels_last = true";
+  } else if (const std::string why = model::stem_max_pool_unavailable_reason(); !why.empty()) {
+    missing = why;
+  }
+  if (missing.empty()) return true;
+  if (c.model.max_pool == "auto") return false;
+  throw ConfigError(location_of(c, "model.max_pool") + ": model.max_pool = \"pinfeed\" needs " + missing +
+                    "; set \"auto\" to fall back to ATen's");
+}
+
+}  // namespace
+
+Plan resolve_plan(const Config& c, const DistEnv& dist) {
+  Plan p;
+  p.config = c;
+  p.dist = dist;
+  p.device = resolve_device(c, dist);
+  p.precision = c.train.precision == "bf16"   ? Precision::kBf16
+                : c.train.precision == "fp16" ? Precision::kFp16
+                : c.train.precision == "tf32" ? Precision::kTf32
+                                              : Precision::kFp32;
+  p.channels_last = c.train.channels_last;
+  p.cuda_graph = c.train.cuda_graph;
+  p.cudnn_benchmark = c.train.cudnn_benchmark;
+  p.pipeline = pipeline_options(c);
+  if (const Problem problem = device_problem(p); !problem.message.empty()) {
+    throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
+  }
+  if (p.precision == Precision::kBf16) p.autocast = at::kBFloat16;
+  if (p.precision == Precision::kFp16) {
+    p.autocast = at::kHalf;
+    p.loss_scaling = LossScalerOptions{};
+    p.loss_scaling->init_scale = c.train.loss_scale_init;
+    p.loss_scaling->growth_interval = c.train.loss_scale_growth_interval;
+  }
+  p.fused_bn = resolve_fused_bn(p);
+  p.stem_max_pool = resolve_stem_max_pool(p);
+  // The device's current stream, named by its index: the same whether or not the device is the current one yet
+  // (use_plan_device, after resolving).
+  if (p.device.is_cuda()) p.compute_stream = gpu::current_stream(p.device);
+
+  // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
+  // cross as uint8 whatever pipeline.transfer_dtype says.
+  // auto: nvjpeg where it can run (CUDA, built in), else the CPU.
+  const bool ask_gpu = c.data.decoder == "nvjpeg" || (c.data.decoder == "auto" && p.device.is_cuda());
+  const std::string nvjpeg_problem = ask_gpu && p.device.is_cuda() ? gpu::JpegDecoder::unavailable_reason() : "";
+  p.transform.gpu_decode = c.data.decoder == "nvjpeg" || (ask_gpu && nvjpeg_problem.empty());
+  p.transform.gpu_share = c.data.gpu_decode_share;
+  if (p.transform.gpu_decode) {
+    if (!p.device.is_cuda()) {
+      throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" needs a CUDA device (device is " +
+                        p.device.str() + ")");
+    }
+    if (!nvjpeg_problem.empty()) throw ConfigError(location_of(c, "data.decoder") + ": nvJPEG unavailable: " + nvjpeg_problem);
+    if (p.pipeline.transfer_dtype != pipeline::TransferDtype::kUint8 && c.locations.count("pipeline.transfer_dtype")) {
+      log::warn(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"" + c.pipeline.transfer_dtype +
+                "\" does not apply with data.decoder = \"nvjpeg\": the GPU decodes to uint8 and normalises there");
+    }
+    p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
+  }
+
+  p.data_root = expand_user(c.data.root);
+  p.transform.size = static_cast<int>(c.data.image_size);
+  p.transform.val_resize_ratio = c.data.val_resize_ratio;
+  p.transform.scale_min = c.data.scale_min;
+  p.transform.scale_max = c.data.scale_max;
+  p.transform.hflip = c.data.hflip;
+  p.transform.crop_decode = c.data.crop_decode;
+  p.transform.max_image_pixels = c.data.max_image_pixels;
+  p.transform.format = p.pipeline.transfer_dtype == pipeline::TransferDtype::kUint8 ? data::PixelFormat::kUint8Hwc
+                                                                                     : data::PixelFormat::kFloat32Chw;
+  p.on_bad_image = c.data.on_bad_image == "fail" ? data::BadImagePolicy::kFail : data::BadImagePolicy::kSkip;
+  p.train_loader = loader_options(c, true);
+  p.val_loader = loader_options(c, false);
+  for (data::LoaderOptions* o : {&p.train_loader, &p.val_loader}) {
+    if (o->workers == 0) o->workers = data::default_workers(dist.local_world);  // this host's cores, shared
+    o->shard_rank = dist.rank;
+    o->shards = dist.world;
+  }
+
+  p.feeder.device = p.device;
+  p.feeder.compute_stream = p.compute_stream;
+  p.feeder.channels_last = p.channels_last;
+  p.max_steps_ahead = static_cast<int>(c.pipeline.max_steps_ahead);
+  p.warmup_steps = c.pipeline.warmup_steps;
+  p.trace_steps = parse_step_range(c.run.trace_steps);  // checked with the key; the epochs it may span, by train
+  check_resources(p);
+
+  p.sgd = {c.train.momentum, c.train.nesterov, c.train.weight_decay};
+  p.decay_bn_and_bias = c.train.decay_bn_and_bias;
+  p.schedule = {c.train.lr, c.train.min_lr, c.train.warmup_epochs, c.train.epochs};
+  if (c.train.lr_reference_batch > 0) {
+    const double scale = static_cast<double>(c.train.batch_size) * dist.world / c.train.lr_reference_batch;
+    p.schedule.lr *= scale;
+    p.schedule.min_lr *= scale;
+  }
+
+  p.dist_backend = c.dist.backend == "auto" ? (p.device.is_cuda() ? "nccl" : "gloo") : c.dist.backend;
+  if (dist.world > 1 && p.dist_backend == "nccl" && !p.device.is_cuda()) {
+    throw ConfigError(location_of(c, "dist.backend") + ": dist.backend = \"nccl\" needs CUDA (device is cpu)");
+  }
+  if (dist.world > 1 && p.cuda_graph) {
+    // The captured step would have to capture NCCL's all-reduce too, and captured collectives escape the
+    // watchdog that bounds a dead rank's wait: refused rather than half-supported.
+    throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +
+                      std::to_string(dist.world) + " ranks; use the eager step (train.cuda_graph = false)");
+  }
+  p.bucket_bytes = static_cast<int64_t>(c.dist.bucket_mb * (1 << 20));
+  p.overlap = c.dist.overlap;
+  p.dist_timeout = std::chrono::seconds(c.dist.timeout_s);
+  return p;
+}
+
+Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset) {
+  Plan p = plan;
+  pipeline::apply_preset(preset, p.pipeline);
+  p.config.pipeline.mode = preset.name;
+  if (const Problem problem = device_problem(p); !problem.message.empty()) {
+    throw ConfigError(std::string("mode '") + preset.name + "': " + problem.message);
+  }
+  return p;
+}
+
+void configure_backend(const Plan& p) {
+  if (!p.device.is_cuda()) return;
+  auto& ctx = at::globalContext();
+  ctx.setBenchmarkCuDNN(p.cudnn_benchmark);
+  const bool tf32 = p.precision != Precision::kFp32;  // autocast leaves some fp32 matmuls; TF32 them too
+  ctx.setAllowTF32CuBLAS(tf32);
+  ctx.setAllowTF32CuDNN(tf32);
+}
+
+}  // namespace pinfeed::app

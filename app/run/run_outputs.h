@@ -1,0 +1,68 @@
+// A training run's outputs in its folder: the resolved config.toml, metrics.jsonl and metrics.csv (a row per
+// epoch, same columns), steps.jsonl (a row per step, with run.log_steps), bad_images.tsv (each bad image file
+// once: path and reason).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "app/config/config.h"
+#include "app/run/run_files.h"
+#include "data/dataset.h"
+#include "pipeline/step_meter.h"
+
+namespace pinfeed::app {
+
+// Where a resumed run continues (the checkpoint's position).
+struct ResumePoint {
+  int64_t epoch = 0;          // 0-based: the epoch to continue in
+  int64_t step_in_epoch = 0;  // steps of it already trained
+};
+
+class RunOutputs {
+ public:
+  // Removes stale *.tmp files of dir first. resumed: the outputs of a run continued from a checkpoint, which
+  // can be older than its metrics (kill -9 after an epoch's row, before its checkpoint; checkpoint_every > 1;
+  // a resume from an older copy): rows the checkpoint has not reached are dropped, so that the epochs run again
+  // are not listed twice, and metrics.csv is rewritten from metrics.jsonl (see epoch()).
+  RunOutputs(const Config& config, const std::string& dir, const std::optional<ResumePoint>& resumed = std::nullopt);
+  std::string path(const std::string& name) const;
+  // Every column of kCsvColumns; null = not applicable. metrics.jsonl first, then metrics.csv: after a crash or
+  // a full disk between the two, metrics.csv lacks a row that metrics.jsonl has, and a resume rebuilds it.
+  void epoch(const nlohmann::json& row);
+  void steps(int64_t epoch, const std::vector<pipeline::StepRecord>& records);
+  // Appends to bad_images.tsv the files not listed yet (a resumed run's datasets find them again).
+  void bad_images(const std::vector<data::BadImage>& found);
+  // The paths bad_images.tsv lists: those of an earlier part of a resumed run, then those added.
+  const std::unordered_set<std::string>& bad_images_listed() const { return bad_listed_; }
+
+  static constexpr const char* kCsvColumns[] = {
+      "epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "samples_per_s", "epoch_s", "steps",
+      "warmup_steps", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "loader_ms_mean", "ahead_ms_mean", "h2d_ms_mean",
+      "compute_ms_mean",
+      "gpu_idle", "mode", "pinned_mb", "host_rss_mb", "workers", "bad_images", "world_size",
+      "global_samples_per_s", "samples_per_s_min", "samples_per_s_max", "wait_ms_mean_min", "wait_ms_mean_max",
+      "gpu_idle_min", "gpu_idle_max", "loss_scale", "skipped_steps"};
+
+ private:
+  void keep_rows_reached(const ResumePoint& at);
+
+  std::string dir_;
+  AppendFile csv_, jsonl_, steps_, bad_;
+  std::unordered_set<std::string> bad_listed_;  // paths in bad_images.tsv (unescaped)
+};
+
+// A TSV field: backslash, tab, newline and carriage return written as \\, \t, \n, \r, so that a hostile file
+// name or decoder message cannot add a column or a row.
+std::string tsv_escape(const std::string& field);
+std::string tsv_unescape(const std::string& field);  // tsv_escape undone
+
+// Resident host memory of this process, MiB (pinned buffers included), to show it does not grow.
+double host_rss_mb();
+
+}  // namespace pinfeed::app

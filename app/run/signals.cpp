@@ -1,0 +1,50 @@
+#include "app/run/signals.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+
+#include "app/config/exit_codes.h"
+
+namespace pinfeed::app {
+
+namespace {
+
+StopRequest g_signal_stop;  // constant-initialised: ready before any handler can run
+std::atomic<bool> g_started{false};
+// The file to remove before an immediate exit. A fixed buffer: the handler may only make async-signal-safe
+// calls (unlink, _exit), no allocation.
+char g_partial_path[4096];
+std::atomic<bool> g_partial_armed{false};
+
+extern "C" void on_stop_signal(int) {
+  if (g_started.load() && g_signal_stop.request_first()) return;  // the first, in training: stop after the step
+  // Start-up, or a second signal: stop now. A write being made is cut short; its temp file goes with it.
+  if (g_partial_armed.load()) ::unlink(g_partial_path);
+  ::_exit(kExitInterrupted);
+}
+
+}  // namespace
+
+void install_signal_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+StopRequest& signal_stop() { return g_signal_stop; }
+
+void training_started() { g_started = true; }
+
+RemoveOnSignal::RemoveOnSignal(const std::string& path) {
+  if (path.size() >= sizeof g_partial_path) return;  // too long to keep: only the start-up clean-up removes it
+  std::memcpy(g_partial_path, path.c_str(), path.size() + 1);
+  g_partial_armed = true;  // seq_cst: the handler sees the whole path once it sees the flag
+}
+
+RemoveOnSignal::~RemoveOnSignal() { g_partial_armed = false; }
+
+}  // namespace pinfeed::app

@@ -1,0 +1,48 @@
+// Ctrl-C and SIGTERM. During start-up (scan, model, checkpoint read: nothing worth saving yet) the first ends
+// the process at once with exit code 130. Once training has started (training_started()), the first asks the
+// loops to finish their step, save and stop; a second stops at once. Stopping at once removes the temp file of
+// a write_file_atomic in progress, so an interrupted checkpoint save leaves the previous last.pt and no
+// last.pt.tmp behind.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+namespace pinfeed::app {
+
+// A request to stop, which the loops that are handed it look at between steps (a step is never cut short). Set
+// by the signal handler, or by the program itself (train's --stop-after-steps). One lock-free atomic flag and
+// nothing else, so that setting it from a signal handler is async-signal-safe.
+class StopRequest {
+ public:
+  constexpr StopRequest() = default;
+  StopRequest(const StopRequest&) = delete;
+  StopRequest& operator=(const StopRequest&) = delete;
+
+  bool requested() const { return requested_.load(); }
+  void request() { requested_ = true; }
+  // request(), and whether this was the first (for the handler: a second signal stops at once).
+  bool request_first() { return !requested_.exchange(true); }
+
+ private:
+  std::atomic<bool> requested_{false};
+};
+static_assert(std::atomic<bool>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
+
+void install_signal_handlers();
+// The request Ctrl-C and SIGTERM make once training has started: the one main hands `train` and `bench`.
+StopRequest& signal_stop();
+// From here on the first signal is a request to stop (signal_stop()), no longer an immediate exit.
+void training_started();
+
+// While alive, stopping at once on a signal removes `path` first (one at a time: the atomic writes of the
+// training thread).
+class RemoveOnSignal {
+ public:
+  explicit RemoveOnSignal(const std::string& path);
+  ~RemoveOnSignal();
+  RemoveOnSignal(const RemoveOnSignal&) = delete;
+  RemoveOnSignal& operator=(const RemoveOnSignal&) = delete;
+};
+
+}  // namespace pinfeed::app

@@ -1,0 +1,210 @@
+#include "app/step/step_runner.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "app/step/autocast.h"
+
+namespace pinfeed::app {
+namespace {
+
+std::vector<std::pair<std::string, at::Tensor>> named_parameters(const model::ResNet& m) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : m->named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// BN weights and biases and every bias: the parameters of dimension 1.
+std::vector<std::string> no_decay_names(const model::ResNet& m) {
+  std::vector<std::string> out;
+  for (const auto& item : m->named_parameters()) {
+    if (item.value().dim() <= 1) out.push_back(item.key());
+  }
+  return out;
+}
+
+}  // namespace
+
+StepRunner::StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist)
+    : dist_(dist && dist->active() ? dist : nullptr), device_(plan.device), stream_(plan.compute_stream), autocast_(plan.autocast),
+      label_smoothing_(plan.config.train.label_smoothing), graphed_(plan.device.is_cuda() && plan.cuda_graph) {
+  at::manual_seed(static_cast<uint64_t>(plan.config.train.seed));
+  model_ = model::resnet50({num_classes, plan.config.model.zero_init_residual, plan.fused_bn, plan.stem_max_pool});
+  model_->to(device_);
+  if (plan.channels_last) {
+    at::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(c10::MemoryFormat::ChannelsLast));
+    }
+  }
+  const auto no_decay = plan.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
+  optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, plan.sgd);
+  if (plan.loss_scaling) scaler_ = std::make_unique<LossScaler>(device_, *plan.loss_scaling);
+  if (dist_) {
+    broadcast_state();
+    grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), plan.bucket_bytes, plan.overlap);
+  }
+}
+
+void StepRunner::broadcast_state() {
+  if (!dist_) return;
+  std::vector<at::Tensor> state = model_->parameters();
+  for (const auto& b : model_->buffers()) state.push_back(b);
+  for (const auto& [name, momentum] : optimizer_->state()) state.push_back(momentum);
+  // Momentum exists on rank 0 after a restore but not yet elsewhere: every rank must send the same list.
+  const bool with_momentum = dist_->any(!optimizer_->state().empty());
+  if (with_momentum && optimizer_->state().empty()) {
+    optimizer_->load_state(optimizer_->zero_state());
+    for (const auto& [name, momentum] : optimizer_->state()) state.push_back(momentum);
+  }
+  if (scaler_) {  // after the momentum: every rank's list must line up
+    for (const auto& [name, t] : scaler_->state()) state.push_back(t);
+  }
+  dist_->broadcast(state);
+}
+
+std::vector<at::Tensor> StepRunner::running_statistics() {
+  std::vector<at::Tensor> running;  // running_mean and running_var; num_batches_tracked is equal on every rank
+  for (const auto& b : model_->buffers()) {
+    if (b.is_floating_point()) running.push_back(b);
+  }
+  return running;
+}
+
+void StepRunner::average_buffers() {
+  if (dist_) dist_->all_reduce_mean(running_statistics());
+}
+
+at::Tensor StepRunner::gather_buffers() {
+  if (!dist_) return {};
+  std::vector<at::Tensor> flat;
+  for (const auto& b : running_statistics()) flat.push_back(b.detach().to(at::kFloat).reshape(-1));
+  return dist_->all_gather_rows(at::cat(flat));
+}
+
+void StepRunner::scatter_buffers(const at::Tensor& all) {
+  if (!dist_ || !dist_->any(all.defined())) return;
+  std::vector<at::Tensor> running = running_statistics();
+  int64_t n = 0;
+  for (const auto& b : running) n += b.numel();
+  at::Tensor rows = at::empty({dist_->world(), n}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  if (dist_->is_main()) {
+    if (all.dim() != 2 || all.size(0) != dist_->world() || all.size(1) != n) {
+      throw std::runtime_error("checkpoint's rank_buffers have shape " + c10::str(all.sizes()) + ", expected [" +
+                               std::to_string(dist_->world()) + ", " + std::to_string(n) + "]");
+    }
+    rows.copy_(all);
+  }
+  dist_->broadcast({rows});
+  at::NoGradGuard no_grad;
+  const at::Tensor mine = rows[dist_->rank()];
+  int64_t offset = 0;
+  for (auto& b : running) {
+    b.copy_(mine.narrow(0, offset, b.numel()).view(b.sizes()));
+    offset += b.numel();
+  }
+}
+
+at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tensor& labels) {
+  optimizer_->zero_grad();
+  at::Tensor loss;
+  {
+    AutocastScope autocast(autocast_, /*cache=*/!graphed_);
+    const at::Tensor logits = model_->forward(images);
+    loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, label_smoothing_);
+  }
+  (scaler_ ? scaler_->scale(loss) : loss).backward();
+  if (grad_sync_) grad_sync_->finish_step();  // gradients averaged across ranks before the optimizer reads them
+  if (scaler_) {  // after the average: every rank checks the same gradients
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model_->parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    scaler_->unscale(grads);
+  }
+  return loss.detach();
+}
+
+void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
+  const at::Tensor found_inf = scaler_ ? scaler_->found_inf() : at::Tensor();
+  if (lr_tensor.defined()) {
+    optimizer_->step(lr_tensor, found_inf);
+  } else {
+    optimizer_->step(lr, found_inf);
+  }
+  if (scaler_) scaler_->update();
+}
+
+at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+  const bool fits = !graph_ || (images.sizes() == static_images_.sizes() && images.strides() == static_images_.strides());
+  if (!graphed_ || !fits) {  // eager (and any batch of another shape than the captured one)
+    at::Tensor loss = forward_backward(images, labels);
+    optimizer_step({}, lr);
+    return loss;
+  }
+  return graphed_step(images, labels, lr);
+}
+
+at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+  if (!graph_) {
+    static_images_ = at::empty_like(images);
+    static_labels_ = at::empty_like(labels);
+    lr_ = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
+    static_images_.copy_(images);
+    static_labels_.copy_(labels);
+    graph_ = std::make_unique<gpu::Graph>();
+    // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but momentum, BN's
+    // running statistics and the loss scale would move. What they held before (a resumed run's restored state,
+    // or no momentum yet) is put back afterwards, in place: the graph holds these very tensors.
+    std::vector<at::Tensor> buffers = model_->buffers(), saved_buffers;
+    if (scaler_) {
+      for (const auto& [name, t] : scaler_->state()) buffers.push_back(t);
+    }
+    for (const auto& b : buffers) saved_buffers.push_back(b.clone());
+    std::map<std::string, at::Tensor> saved_momentum;
+    for (const auto& [name, momentum] : optimizer_->state()) saved_momentum[name] = momentum.clone();
+    graph_->capture(*stream_, 3, [this] {
+      static_loss_ = forward_backward(static_images_, static_labels_);
+      optimizer_step(lr_, 0.0);
+    });
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
+    if (saved_momentum.empty()) {
+      optimizer_->zero_momentum();  // the first replay then steps as a first step does (buffer = gradient)
+    } else {
+      for (auto& [name, momentum] : optimizer_->state()) momentum.copy_(saved_momentum.at(name));
+    }
+  } else {
+    static_images_.copy_(images);
+    static_labels_.copy_(labels);
+  }
+  lr_.fill_(lr);
+  graph_->replay(*stream_);
+  return static_loss_;
+}
+
+void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums) {
+  at::NoGradGuard no_grad;
+  AutocastScope autocast(autocast_);
+  const at::Tensor logits = model_->forward(images).to(at::kFloat);
+  const at::Tensor loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum);
+  const int64_t k = std::min<int64_t>(5, logits.size(1));
+  const at::Tensor hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));
+  sums[0] += loss;
+  sums[1] += hits.narrow(1, 0, 1).sum();
+  sums[2] += hits.sum();
+  sums[3] += labels.size(0);
+}
+
+}  // namespace pinfeed::app

@@ -1,0 +1,71 @@
+// One training step (forward, backward, optimizer) and one evaluation step, in the plan's precision and
+// memory format; with train.cuda_graph the whole training step is captured once and replayed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "app/dist/distributed.h"
+#include "app/dist/grad_sync.h"
+#include "app/optim/loss_scaler.h"
+#include "app/optim/sgd.h"
+#include "app/plan/plan.h"
+#include "model/resnet.h"
+#include "pipeline/gpu.h"
+
+namespace pinfeed::app {
+
+class StepRunner {
+ public:
+  // dist (may be null): several ranks start from rank 0's weights and average their gradients every step.
+  StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist = nullptr);
+
+  // Several ranks: rank 0's weights, buffers and momentum into every rank (after a restore on rank 0), and the
+  // BN running statistics averaged across ranks (each rank saw only its shard) before evaluating or saving.
+  void broadcast_state();
+  void average_buffers();
+  // Several ranks stopping mid-epoch: every rank's BN running statistics, (world, n) float rank-major (they stay
+  // per rank until the epoch ends), for the checkpoint; and back after a resume: rank 0 passes the checkpoint's
+  // (the other ranks an undefined tensor) and each rank takes its own row. Undefined / nothing with one rank.
+  at::Tensor gather_buffers();
+  void scatter_buffers(const at::Tensor& all);
+
+  at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);  // loss, on device
+  // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples].
+  void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums);
+
+  bool graphed() const { return graphed_; }
+  model::ResNet& model() { return model_; }
+  Sgd& optimizer() { return *optimizer_; }
+  LossScaler* loss_scaler() const { return scaler_.get(); }  // fp16 only; null otherwise
+  c10::Device device() const { return device_; }
+
+ private:
+  at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels);
+  // The optimizer (skipping the step when the loss scaler found an overflow), then the loss scale's update;
+  // the learning rate from lr_tensor when defined (the graph), else lr.
+  void optimizer_step(const at::Tensor& lr_tensor, double lr);
+  at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr);
+  std::vector<at::Tensor> running_statistics();  // BN running_mean and running_var, in named_buffers() order
+
+  model::ResNet model_{nullptr};
+  std::unique_ptr<Sgd> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16
+  Distributed* dist_ = nullptr;
+  std::unique_ptr<GradSync> grad_sync_;  // several ranks only
+  c10::Device device_;
+  std::optional<c10::Stream> stream_;  // the compute stream (CUDA)
+  std::optional<at::ScalarType> autocast_;
+  double label_smoothing_;
+  // train.cuda_graph: the whole step (forward, backward, optimizer) captured once and replayed, reading the
+  // batch from static device buffers and the learning rate from a device scalar.
+  bool graphed_;
+  std::unique_ptr<gpu::Graph> graph_;
+  at::Tensor static_images_, static_labels_, static_loss_, lr_;  // (B, 3, S, S), (B,), (), () on the device
+};
+
+}  // namespace pinfeed::app

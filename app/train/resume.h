@@ -1,0 +1,32 @@
+// Between a run and its checkpoint file: what the step runner's state becomes in a Checkpoint and back, and
+// which file `--resume` means.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "app/config/config.h"
+#include "app/run/checkpoint.h"
+#include "app/step/step_runner.h"
+
+namespace pinfeed::app {
+
+// What a checkpoint's step position means: which samples each step of an epoch took depends on all four.
+struct RunShape {
+  int64_t world_size = 1;
+  int64_t batch_size = 0;       // per rank
+  int64_t train_images = 0;     // in the training folder
+  int64_t steps_per_epoch = 0;  // per rank
+};
+
+Checkpoint make_checkpoint(StepRunner& runner, const Config& config, int64_t epoch, int64_t step_in_epoch,
+                           int64_t global_step, const RunShape& shape);
+// Refuses (ConfigError naming both values) a resume whose shape differs from the checkpoint's: it would repeat
+// or skip samples and move the learning-rate schedule. A format-1 checkpoint records the world size only; the
+// other three are not checked (a warning says so).
+void check_resumable(const Checkpoint& checkpoint, const RunShape& run);
+void restore_checkpoint(StepRunner& runner, const Checkpoint& checkpoint);  // weights, momentum, CPU RNG
+// "last" -> the newest run named run.name that holds a last.pt; anything else is a path. Throws ConfigError.
+std::string resume_path(const Config& config, const std::string& resume);
+
+}  // namespace pinfeed::app

@@ -1,0 +1,37 @@
+// `pinfeed train`: the epoch loop. Each concern it uses has its own file: plan.h (config -> options, device),
+// datasets.h, step_runner.h (forward/backward/optimizer, CUDA graph), step_loop.h (the step loop bench shares),
+// lr_schedule.h, evaluate.h, run_outputs.h, resume.h (checkpoint glue), progress.h, loss_meter.h, signals.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "app/plan/plan.h"
+#include "app/run/signals.h"
+
+namespace pinfeed::app {
+
+struct TrainArgs {
+  std::string resume;  // "", a checkpoint path, or "last"
+  int64_t stop_after_steps = 0;  // > 0: behave as if Ctrl-C came after this many steps of this process (tests)
+};
+
+struct EpochResult {
+  int64_t epoch = 0;
+  double train_loss = 0, val_loss = 0, val_top1 = 0, val_top5 = 0;
+  double samples_per_s = 0, epoch_seconds = 0;
+};
+
+struct TrainResult {
+  std::string run_dir;
+  std::vector<EpochResult> epochs;
+  bool interrupted = false;
+  bool main_rank = true;  // rank 0 (or a single process): the one that reports
+};
+
+// Runs the whole training; once `stop` is requested (main hands it signal_stop(), signals.h), saves a checkpoint
+// at the end of the step and returns, interrupted. Throws ConfigError, DataError, OutputError.
+TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop);
+
+}  // namespace pinfeed::app
