@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "app/bench/bench.h"
@@ -15,6 +16,7 @@
 #include "app/run/signals.h"
 #include "app/train/trainer.h"
 #include "common/log.h"
+#include "data/detached.h"
 #include "data/error.h"
 #include "data/synthetic.h"
 #include "pipeline/options.h"
@@ -108,9 +110,14 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int exit_code(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const data::Interrupted& e) {
+    // A stop came while no batch could come (a stuck read or decode): the step loop never reached a step
+    // boundary to save at, so the last checkpoint written stays the one to resume from.
+    log::error(std::string(e.what()) + "; the last checkpoint written is kept");
+    return app::kExitInterrupted;
   } catch (const app::PeerFailed& e) {
     log::error(e.what());
     return app::kExitPeerFailed;
@@ -130,4 +137,16 @@ int main(int argc, char** argv) {
     log::error(e.what());
     return app::kExitFailure;
   }
+}
+
+int main(int argc, char** argv) {
+  const int code = exit_code(argc, argv);
+  if (pinfeed::data::detached_threads() > 0) {
+    // A worker stuck in a read or decode was left running (data/detached.h): end the process without running
+    // static destructors under it. Every output was written and synced before this point.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+  return code;
 }

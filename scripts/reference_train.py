@@ -54,7 +54,7 @@ except ImportError:  # Python < 3.11
 DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_resize_ratio": 0.875,
              "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
-             "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "gpu_decode_share": 1.0},
+             "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "gpu_decode_share": 1.0},
     "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "max_pool": "auto"},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9,
               "nesterov": False, "weight_decay": 1e-4, "decay_bn_and_bias": True, "warmup_epochs": 0.0,

@@ -109,13 +109,15 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   const double lr = row.plan.schedule.lr;
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
+  data::LoaderOptions loader = row.plan.train_loader;
+  loader.stop_requested = stop_after_grace(stop);
   if (row.kind == RowKind::kLoaderOnly && !row.gpu_feed) {
-    LoaderOnly source(sets.train, row.plan.train_loader);
+    LoaderOnly source(sets.train, loader);
     pipeline::StepMeter wall_clock(std::nullopt);
     return sample_of(run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
                      kLoaderOnlyRow);
   }
-  pipeline::Feeder feeder(sets.train, row.plan.train_loader, row.plan.pipeline, row.plan.feeder);
+  pipeline::Feeder feeder(sets.train, loader, row.plan.pipeline, row.plan.feeder);
   *workers = feeder.workers();
   pipeline::StepMeter meter(row.plan.compute_stream);
   if (row.kind == RowKind::kGpuResident) {

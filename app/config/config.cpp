@@ -192,6 +192,8 @@ const std::vector<Key>& keys() {
       key("data.prefetch_batches", &C::data, &DataConfig::prefetch_batches, "batches decoded ahead of the training loop, across the end of an epoch too; the ring (this + 2 batches, train and val) must fit in half the RAM", between(1, kMaxPrefetchBatches)),
       key("data.on_bad_image", &C::data, &DataConfig::on_bad_image, "a corrupt image is replaced and counted (skip) or stops the run (fail)", one_of({"skip", "fail"})),
       key("data.max_image_pixels", &C::data, &DataConfig::max_image_pixels, "an image whose header declares more pixels is a bad image (on_bad_image applies), refused before decoding; 0 = no limit", at_least<int64_t>(0)),
+      key("data.max_file_mb", &C::data, &DataConfig::max_file_mb, "a file larger than this (MiB) is a bad image, refused before it is read; 0 = no limit", between(0, int64_t{1} << 30)),
+      key("data.sample_timeout_s", &C::data, &DataConfig::sample_timeout_s, "a sample still loading after this many seconds (a read or decode that never returns) stops the run naming its file (exit 3); 0 = no bound", in_range(0.0, 86400.0, false)),
       key("data.decoder", &C::data, &DataConfig::decoder, "cpu (libjpeg-turbo in the workers) | nvjpeg (the GPU decodes JPEGs, workers only read files; CUDA only) | auto (nvjpeg on CUDA when built in)", one_of(kDecoders)),
       key("data.gpu_decode_share", &C::data, &DataConfig::gpu_decode_share, "with the GPU decoder: the fraction of samples (fixed by index) whose JPEGs it takes; the workers decode the rest", in_range(0.0, 1.0, false)),
       key("model.arch", &C::model, &ModelConfig::arch, "network", one_of({"resnet50"})),

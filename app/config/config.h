@@ -33,6 +33,8 @@ struct DataConfig {
   int64_t prefetch_batches = 4;
   std::string on_bad_image = "skip";
   int64_t max_image_pixels = 100'000'000;  // data::TransformOptions::max_image_pixels; 0: no limit
+  int64_t max_file_mb = 256;               // data::TransformOptions::max_file_bytes, in MiB; 0: no limit
+  double sample_timeout_s = 300;           // data::LoaderOptions::sample_timeout_s; 0: no bound
   std::string decoder = "cpu";  // one of kDecoders
   double gpu_decode_share = 1.0;  // data::TransformOptions::gpu_share
 };

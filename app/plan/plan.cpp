@@ -81,6 +81,7 @@ data::LoaderOptions loader_options(const Config& c, bool train) {
   o.drop_last = train;
   o.prefetch_next_epoch = train;  // validation always re-reads epoch 0
   o.seed = static_cast<uint64_t>(c.train.seed);
+  o.sample_timeout_s = c.data.sample_timeout_s;
   return o;
 }
 
@@ -253,6 +254,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.transform.hflip = c.data.hflip;
   p.transform.crop_decode = c.data.crop_decode;
   p.transform.max_image_pixels = c.data.max_image_pixels;
+  p.transform.max_file_bytes = c.data.max_file_mb << 20;
   p.transform.format = p.pipeline.transfer_dtype == pipeline::TransferDtype::kUint8 ? data::PixelFormat::kUint8Hwc
                                                                                      : data::PixelFormat::kFloat32Chw;
   p.on_bad_image = c.data.on_bad_image == "fail" ? data::BadImagePolicy::kFail : data::BadImagePolicy::kSkip;

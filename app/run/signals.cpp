@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
+#include <memory>
 
 #include "app/config/exit_codes.h"
 
@@ -46,5 +48,19 @@ RemoveOnSignal::RemoveOnSignal(const std::string& path) {
 }
 
 RemoveOnSignal::~RemoveOnSignal() { g_partial_armed = false; }
+
+std::function<bool()> stop_after_grace(const StopRequest& stop, double grace_s) {
+  using Clock = std::chrono::steady_clock;
+  // Called under the loader's lock, from several threads: atomics only. 0: no request seen yet.
+  auto first_seen = std::make_shared<std::atomic<int64_t>>(0);
+  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s)).count();
+  return [&stop, first_seen, grace] {
+    if (!stop.requested()) return false;
+    const int64_t now = Clock::now().time_since_epoch().count();
+    int64_t seen = 0;
+    if (first_seen->compare_exchange_strong(seen, now)) seen = now;
+    return now - seen >= grace;
+  };
+}
 
 }  // namespace pinfeed::app

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 namespace pinfeed::app {
@@ -37,6 +38,13 @@ void training_started();
 
 // While alive, stopping at once on a signal removes `path` first (one at a time: the atomic writes of the
 // training thread).
+// What the data loaders and the feeder ask while they wait for a batch (data::LoaderOptions::stop_requested):
+// true once `stop` has been requested for `grace_s` seconds. A stop normally ends the loop at the next step
+// boundary (every rank at one agreed step), and batches keep coming until then; a wait is cut short, with
+// data::Interrupted, only when no batch came for that long after the request: a read or decode that never
+// returns, so that Ctrl-C still ends the run.
+std::function<bool()> stop_after_grace(const StopRequest& stop, double grace_s = 5.0);
+
 class RemoveOnSignal {
  public:
   explicit RemoveOnSignal(const std::string& path);

@@ -116,18 +116,24 @@ std::string exact_text(double v) {
   return s.str();
 }
 
+data::LoaderOptions with_stop(data::LoaderOptions o, const StopRequest& stop) {
+  o.stop_requested = stop_after_grace(stop);
+  return o;
+}
+
 // One run's moving parts, so that the epoch loop reads as the recipe: train an epoch, evaluate, report, save.
 class Training {
  public:
   Training(const Plan& plan, Datasets sets, Distributed& dist, StopRequest& stop, int64_t stop_after_steps)
       : plan_(plan), config_(plan.config), dist_(dist), stop_(stop), sets_(std::move(sets)),
-        train_feed_(sets_.train, plan.train_loader, plan.pipeline, plan.feeder),
+        train_feed_(sets_.train, with_stop(plan.train_loader, stop), plan.pipeline, plan.feeder),
         runner_(plan, sets_.num_classes, &dist),
         meter_(plan.compute_stream),
         losses_(plan.device, plan.compute_stream),
         progress_(config_.run.progress_interval_s), stop_after_steps_(stop_after_steps) {
     if (sets_.val) {
-      val_feed_ = std::make_unique<pipeline::Feeder>(sets_.val, plan.val_loader, plan.pipeline, plan.feeder);
+      val_feed_ = std::make_unique<pipeline::Feeder>(sets_.val, with_stop(plan.val_loader, stop), plan.pipeline,
+                                                     plan.feeder);
     }
     steps_per_epoch_ = config_.train.max_steps_per_epoch > 0
                            ? std::min(config_.train.max_steps_per_epoch, train_feed_.batches_per_epoch())
