@@ -12,6 +12,7 @@
 #include "app/config/exit_codes.h"
 #include "app/dist/distributed.h"
 #include "app/plan/start.h"
+#include "app/run/metrics.h"
 #include "app/run/run_files.h"
 #include "app/run/signals.h"
 #include "app/train/trainer.h"
@@ -32,6 +33,12 @@ int print_config_help() {
   }
   std::printf("\nModes (pipeline.mode or --mode):\n");
   for (const auto& p : pipeline::mode_presets()) std::printf("  %-20s %s\n", p.name, p.description);
+  return app::kExitOk;
+}
+
+int print_metrics_help() {
+  std::printf("Per-epoch metrics (metrics.jsonl, metrics.csv in the run folder; null or empty = not applicable):\n\n");
+  for (const app::Metric& m : app::kEpochMetrics) std::printf("  %-22s %s\n", m.name, m.meaning);
   return app::kExitOk;
 }
 
@@ -72,9 +79,9 @@ int run(int argc, char** argv) {
   auto* bench = cli.add_subcommand("bench", "compare transfer modes on the same data: samples/s, wait, GPU idle");
   app::add_bench_options(*bench, bench_args);
 
-  auto* help = cli.add_subcommand("help", "more help: 'pinfeed help config' lists every config key");
+  auto* help = cli.add_subcommand("help", "more help: 'pinfeed help config' lists every config key, 'pinfeed help metrics' every per-epoch metric");
   std::string topic;
-  help->add_option("topic", topic, "config");
+  help->add_option("topic", topic, "config | metrics");
 
   try {
     cli.parse(argc, argv);
@@ -84,6 +91,7 @@ int run(int argc, char** argv) {
 
   if (*help) {
     if (topic == "config") return print_config_help();
+    if (topic == "metrics") return print_metrics_help();
     std::cout << cli.help();
     return app::kExitOk;
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/run/run_files.h"
+#include "app/run/metrics.h"
 #include "app/run/run_outputs.h"
 #include "test_util.h"
 
@@ -23,7 +24,7 @@ std::string text_of(const fs::path& file) {
 
 nlohmann::json row(int64_t epoch) {
   nlohmann::json r;
-  for (const char* key : RunOutputs::kCsvColumns) r[key] = nullptr;
+  for (const Metric& m : kEpochMetrics) r[m.name] = nullptr;
   r["epoch"] = epoch;
   r["mode"] = "pageable";
   return r;

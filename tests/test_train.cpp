@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <vector>
 
 #include "app/optim/lr_schedule.h"
 #include "app/run/checkpoint.h"
+#include "app/run/metrics.h"
 #include "app/run/signals.h"
 #include "app/train/trainer.h"
 #include "test_util.h"
@@ -123,6 +125,20 @@ TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
   for (const std::string& line : lines_of(fs::path(r.run_dir) / "metrics.jsonl")) {
     EXPECT_EQ(nlohmann::json::parse(line).at("bad_images"), 1) << "distinct files, not loads: " << line;
   }
+}
+
+// The trainer's rows carry exactly the metrics that app/run/metrics.h names and explains, in no other name.
+TEST(Train, EpochRowsCarryExactlyTheNamedMetrics) {
+  StopRequest stop;
+  const std::string root = test::make_dataset("train_metric_names", 2, 8, 1, 32);
+  const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_metric_names_runs"), 1)), {}, stop);
+  std::set<std::string> named, written;
+  for (const Metric& m : kEpochMetrics) named.insert(m.name);
+  for (const auto& item : nlohmann::json::parse(lines_of(fs::path(r.run_dir) / "metrics.jsonl").at(0)).items()) {
+    written.insert(item.key());
+  }
+  EXPECT_EQ(written, named);
+  EXPECT_EQ(named.size(), std::size(kEpochMetrics)) << "a name listed twice";
 }
 
 TEST(Train, ResumeRemovesAStaleCheckpointTempFile) {

@@ -1,5 +1,7 @@
 #include "app/run/run_outputs.h"
 
+#include "app/run/metrics.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,7 +17,7 @@ namespace {
 
 std::string csv_header() {
   std::string header;
-  for (const char* column : RunOutputs::kCsvColumns) header += (header.empty() ? "" : ",") + std::string(column);
+  for (const Metric& m : kEpochMetrics) header += (header.empty() ? "" : ",") + std::string(m.name);
   return header;
 }
 
@@ -23,10 +25,10 @@ std::string csv_header() {
 std::string csv_line(const nlohmann::json& row) {
   std::ostringstream line;
   bool first = true;
-  for (const char* key : RunOutputs::kCsvColumns) {
+  for (const Metric& m : kEpochMetrics) {
     line << (first ? "" : ",");
     first = false;
-    const auto it = row.find(key);
+    const auto it = row.find(m.name);
     if (it == row.end() || it->is_null()) continue;  // not applicable: an empty field, never a zero
     if (it->is_string()) line << it->get<std::string>();
     else line << it->dump();

@@ -32,7 +32,7 @@ class RunOutputs {
   // are not listed twice, and metrics.csv is rewritten from metrics.jsonl (see epoch()).
   RunOutputs(const Config& config, const std::string& dir, const std::optional<ResumePoint>& resumed = std::nullopt);
   std::string path(const std::string& name) const;
-  // Every column of kCsvColumns; null = not applicable. metrics.jsonl first, then metrics.csv: after a crash or
+  // Every metric of kEpochMetrics (app/run/metrics.h); null = not applicable. metrics.jsonl first, then metrics.csv: after a crash or
   // a full disk between the two, metrics.csv lacks a row that metrics.jsonl has, and a resume rebuilds it.
   void epoch(const nlohmann::json& row);
   void steps(int64_t epoch, const std::vector<pipeline::StepRecord>& records);
@@ -40,14 +40,6 @@ class RunOutputs {
   void bad_images(const std::vector<data::BadImage>& found);
   // The paths bad_images.tsv lists: those of an earlier part of a resumed run, then those added.
   const std::unordered_set<std::string>& bad_images_listed() const { return bad_listed_; }
-
-  static constexpr const char* kCsvColumns[] = {
-      "epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "samples_per_s", "epoch_s", "steps",
-      "warmup_steps", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "loader_ms_mean", "ahead_ms_mean", "h2d_ms_mean",
-      "compute_ms_mean",
-      "gpu_idle", "mode", "pinned_mb", "host_rss_mb", "workers", "bad_images", "world_size",
-      "global_samples_per_s", "samples_per_s_min", "samples_per_s_max", "wait_ms_mean_min", "wait_ms_mean_max",
-      "gpu_idle_min", "gpu_idle_max", "loss_scale", "skipped_steps"};
 
  private:
   void keep_rows_reached(const ResumePoint& at);

@@ -1,0 +1,50 @@
+// The per-epoch metrics of a run (metrics.jsonl and metrics.csv), named and explained once: the CSV's columns,
+// `pinfeed help metrics` and the check that the trainer's rows carry exactly these come from this table.
+#pragma once
+
+namespace pinfeed::app {
+
+struct Metric {
+  const char* name;
+  const char* meaning;
+};
+
+// In column order. Figures that do not apply (GPU figures on the CPU) are null in JSON and empty in CSV, never 0.
+// Per-step figures are rank 0's unless the name says min/max (every rank's) or global.
+inline constexpr Metric kEpochMetrics[] = {
+    {"epoch", "epoch number, from 1"},
+    {"lr", "learning rate of the epoch's last step"},
+    {"train_loss", "mean training loss of the epoch's steps (label smoothing included)"},
+    {"val_loss", "mean validation cross-entropy, without smoothing"},
+    {"val_top1", "validation top-1 accuracy, a fraction (0.671 = 67.1%)"},
+    {"val_top5", "validation top-5 accuracy, a fraction"},
+    {"samples_per_s", "training samples per second of this rank, warm-up steps excluded, synchronised wall time"},
+    {"epoch_s", "wall time of the epoch, evaluation included, s"},
+    {"steps", "timed steps of the epoch (warm-up excluded)"},
+    {"warmup_steps", "first steps of the epoch left out of the timing (pipeline.warmup_steps)"},
+    {"wait_ms_mean", "host time the training loop waited for the next device-ready batch, mean, ms"},
+    {"wait_ms_p50", "the same, median, ms"},
+    {"wait_ms_p95", "the same, 95th percentile, ms"},
+    {"loader_ms_mean", "part of the wait spent because the CPU pipeline had no batch ready, mean, ms"},
+    {"ahead_ms_mean", "time the host waited because it ran pipeline.max_steps_ahead steps ahead of the GPU, mean, ms"},
+    {"h2d_ms_mean", "host-to-device copy time from CUDA events, mean, ms"},
+    {"compute_ms_mean", "forward + backward + optimizer on the compute stream from CUDA events, mean, ms"},
+    {"gpu_idle", "fraction of the epoch's compute span with no step running on the GPU"},
+    {"mode", "the transfer mode that really ran (pageable after a pinned-memory fallback)"},
+    {"pinned_mb", "page-locked host memory of the batch ring, MiB"},
+    {"host_rss_mb", "resident memory of the process at the epoch's end, MiB"},
+    {"workers", "decode threads of this rank"},
+    {"bad_images", "distinct bad files of the training set found so far, by any rank"},
+    {"world_size", "ranks (processes) in the run"},
+    {"global_samples_per_s", "samples per second of all ranks together"},
+    {"samples_per_s_min", "slowest rank's samples per second"},
+    {"samples_per_s_max", "fastest rank's samples per second"},
+    {"wait_ms_mean_min", "smallest rank's mean wait, ms"},
+    {"wait_ms_mean_max", "largest rank's mean wait, ms"},
+    {"gpu_idle_min", "smallest rank's GPU idle fraction"},
+    {"gpu_idle_max", "largest rank's GPU idle fraction"},
+    {"loss_scale", "fp16: the dynamic loss scale at the epoch's end (null otherwise)"},
+    {"skipped_steps", "fp16: steps skipped for inf/NaN gradients so far"},
+};
+
+}  // namespace pinfeed::app
