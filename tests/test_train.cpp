@@ -134,9 +134,8 @@ TEST(Train, EpochRowsCarryExactlyTheNamedMetrics) {
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_metric_names_runs"), 1)), {}, stop);
   std::set<std::string> named, written;
   for (const Metric& m : kEpochMetrics) named.insert(m.name);
-  for (const auto& item : nlohmann::json::parse(lines_of(fs::path(r.run_dir) / "metrics.jsonl").at(0)).items()) {
-    written.insert(item.key());
-  }
+  const nlohmann::json row = nlohmann::json::parse(lines_of(fs::path(r.run_dir) / "metrics.jsonl").at(0));
+  for (const auto& item : row.items()) written.insert(item.key());
   EXPECT_EQ(written, named);
   EXPECT_EQ(named.size(), std::size(kEpochMetrics)) << "a name listed twice";
 }
