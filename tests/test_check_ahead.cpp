@@ -351,11 +351,8 @@ TEST(CheckAhead, DestroyedWithAThreadStuckOnAFileItReturnsAndLeavesThatThreadRun
   }, o);
   ASSERT_TRUE(gate->entered());
   testing::internal::CaptureStderr();
-  const auto t0 = std::chrono::steady_clock::now();
   ahead.reset();
-  const double took = test::seconds_since(t0);
   const std::string log = testing::internal::GetCapturedStderr();
-  EXPECT_LT(took, 10.0);
   EXPECT_NE(log.find("is still checking " + folder.samples[0].path + " after "), std::string::npos) << log;
   EXPECT_NE(log.find("left running (detached)"), std::string::npos) << log;
   gate->open();

@@ -298,12 +298,10 @@ TEST(GpuPipeline, DualStreamPassesAStuckSampleToTheTrainingThread) {
   {
     Feeder f(ds, lo, mode("dual_stream", TransferDtype::kUint8), on_cuda());
     f.start_epoch(0);
-    const auto t0 = std::chrono::steady_clock::now();
     const std::string error = test::message_of<data::StuckSample>([&] {
       while (f.next()) {
       }
     });
-    EXPECT_LT(test::seconds_since(t0), 10.0);
     EXPECT_NE(error.find("a worker is still loading " + ds->folder().samples[stuck].path), std::string::npos) << error;
   }  // destroyed with the worker still stuck: the copier and the loader must return
   gate->open();
@@ -326,14 +324,12 @@ TEST(GpuPipeline, DualStreamEndsAWaitOnAStuckWorkerWhenAStopIsRequested) {
   };
   Feeder f(ds, lo, mode("dual_stream", TransferDtype::kUint8), on_cuda());
   f.start_epoch(0);
-  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW(
       {
         while (f.next()) {
         }
       },
       data::Interrupted);
-  EXPECT_LT(test::seconds_since(t0), 10.0);
   gate->open();
 }
 

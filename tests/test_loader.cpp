@@ -327,11 +327,9 @@ TEST(Loader, AWorkerStuckOnASampleRaisesStuckSampleNamingItsFile) {
   {
     Loader loader(ds, o, &arena);
     loader.start_epoch(0);
-    const auto t0 = std::chrono::steady_clock::now();
     const std::string error = test::message_of<StuckSample>([&] {
       while (auto b = loader.next()) loader.recycle(*b);
     });
-    EXPECT_LT(test::seconds_since(t0), 10.0);
     EXPECT_EQ(error.rfind("no progress for ", 0), 0u) << error;
     EXPECT_NE(error.find(" s: a worker is still loading " + path + " (data.sample_timeout_s = 0.3)"), std::string::npos)
         << error;
@@ -359,11 +357,9 @@ TEST(Loader, AStopRequestedWhileNextWaitsRaisesInterrupted) {
   VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(0);
-  const auto t0 = std::chrono::steady_clock::now();
   const std::string error = test::message_of<Interrupted>([&] {
     while (auto b = loader.next()) loader.recycle(*b);
   });
-  EXPECT_LT(test::seconds_since(t0), 10.0);
   EXPECT_EQ(error, "interrupted: a stop was requested while waiting for the next batch");
   EXPECT_TRUE(*stop);
   gate->open();  // the worker ends its sample: the loader is destroyed as usual
@@ -384,11 +380,8 @@ TEST(Loader, DestroyedWithAWorkerStuckItReturnsAndTheWorkerNeverWritesIntoTheAre
   loader->start_epoch(0);
   ASSERT_TRUE(gate->entered()) << "sample " << stuck << " never loaded";
   testing::internal::CaptureStderr();
-  const auto t0 = std::chrono::steady_clock::now();
   loader.reset();
-  const double took = test::seconds_since(t0);
   const std::string log = testing::internal::GetCapturedStderr();
-  EXPECT_LT(took, 10.0);
   EXPECT_NE(log.find("is still loading " + path + " after "), std::string::npos) << log;
   EXPECT_NE(log.find("left running (detached)"), std::string::npos) << log;
   EXPECT_GE(detached_threads(), detached + 1);

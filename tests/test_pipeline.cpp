@@ -171,12 +171,10 @@ TEST(Feeder, AStuckSampleReachesTheTrainingThreadAsStuckSample) {
   {
     Feeder feeder(feed.dataset, feed.loader, PipelineOptions{}, FeederOptions{});
     feeder.start_epoch(0);
-    const auto t0 = std::chrono::steady_clock::now();
     const std::string error = test::message_of<data::StuckSample>([&] {
       while (feeder.next()) {
       }
     });
-    EXPECT_LT(test::seconds_since(t0), 10.0);
     EXPECT_NE(error.find("a worker is still loading " + path + " (data.sample_timeout_s = 0.3)"), std::string::npos)
         << error;
   }  // destroyed with the worker still stuck: must return
@@ -195,14 +193,12 @@ TEST(Feeder, AStopRequestedEndsAWaitingNextWithInterrupted) {
   };
   Feeder feeder(feed.dataset, feed.loader, PipelineOptions{}, FeederOptions{});
   feeder.start_epoch(0);
-  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW(
       {
         while (feeder.next()) {
         }
       },
       data::Interrupted);
-  EXPECT_LT(test::seconds_since(t0), 10.0);
   feed.gate->open();
 }
 

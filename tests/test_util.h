@@ -195,8 +195,4 @@ bool eventually(Done done, std::chrono::seconds bound = std::chrono::seconds(30)
   return true;
 }
 
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace pinfeed::test

@@ -153,21 +153,25 @@ void check_resources(const Plan& p) {
   }
 }
 
-// model.fused_bn: cuDNN's fused BatchNorm reads NHWC bf16/fp16 tensors, so it needs CUDA, channels_last and
-// autocast; "auto" takes it wherever it can run, "on" insists (a ConfigError saying what is missing).
+// What pinfeed's own CUDA ops (model.fused_bn, model.max_pool) lack to run under this plan, "" if nothing: they
+// read and write channels_last tensors on CUDA (with a contiguous model they would add copies), and the build
+// may lack them (`unavailable`: the op's own reason, "" when built in).
+std::string own_op_missing(const Plan& p, const std::string& unavailable) {
+  if (!p.device.is_cuda()) return "a CUDA device (device is " + p.device.str() + ")";
+  if (!p.channels_last) return "train.channels_last = true";
+  return unavailable;
+}
+
+// model.fused_bn: cuDNN's fused BatchNorm also needs autocast (bf16/fp16 tensors); "auto" takes it wherever it
+// can run, "on" insists (a ConfigError saying what is missing).
 bool resolve_fused_bn(const Plan& p) {
   const Config& c = p.config;
   if (c.model.fused_bn == "off") return false;
-  std::string missing;
-  if (!p.device.is_cuda()) {
-    missing = "a CUDA device (device is " + p.device.str() + ")";
-  } else if (!p.channels_last) {
-    missing = "train.channels_last = true";
-  } else if (!p.autocast) {
-    missing = "train.precision = \"bf16\" or \"fp16\" (is \"" + c.train.precision + "\")";
-  } else if (const std::string why = model::fused_batch_norm_unavailable_reason(); !why.empty()) {
-    missing = "cuDNN: " + why;
-  }
+  const std::string why = model::fused_batch_norm_unavailable_reason();
+  const std::string missing =
+      own_op_missing(p, !p.autocast     ? "train.precision = \"bf16\" or \"fp16\" (is \"" + c.train.precision + "\")"
+                        : !why.empty() ? "cuDNN: " + why
+                                       : "");
   if (missing.empty()) return true;
   if (c.model.fused_bn == "on") {
     throw ConfigError(location_of(c, "model.fused_bn") + ": model.fused_bn = \"on\" needs " + missing +
@@ -176,19 +180,11 @@ bool resolve_fused_bn(const Plan& p) {
   return false;
 }
 
-// model.max_pool: pinfeed's kernels run on CUDA and read and write channels_last (with a contiguous model they
-// would add two copies); "auto" takes them wherever they can run, "pinfeed" insists.
+// model.max_pool: "auto" takes pinfeed's kernels wherever they can run, "pinfeed" insists.
 bool resolve_stem_max_pool(const Plan& p) {
   const Config& c = p.config;
   if (c.model.max_pool == "aten") return false;
-  std::string missing;
-  if (!p.device.is_cuda()) {
-    missing = "a CUDA device (device is " + p.device.str() + ")";
-  } else if (!p.channels_last) {
-    missing = "train.channels_last = true";
-  } else if (const std::string why = model::stem_max_pool_unavailable_reason(); !why.empty()) {
-    missing = why;
-  }
+  const std::string missing = own_op_missing(p, model::stem_max_pool_unavailable_reason());
   if (missing.empty()) return true;
   if (c.model.max_pool == "auto") return false;
   throw ConfigError(location_of(c, "model.max_pool") + ": model.max_pool = \"pinfeed\" needs " + missing +
