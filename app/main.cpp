@@ -3,14 +3,20 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "app/bench/bench.h"
 #include "app/config/config.h"
 #include "app/config/exit_codes.h"
+#include "app/config/suggest.h"
 #include "app/dist/distributed.h"
+#include "app/eval/eval.h"
+#include "app/eval/predict.h"
 #include "app/plan/start.h"
 #include "app/run/metrics.h"
 #include "app/run/run_files.h"
@@ -19,6 +25,7 @@
 #include "common/log.h"
 #include "data/detached.h"
 #include "data/error.h"
+#include "data/image_folder.h"
 #include "data/synthetic.h"
 #include "pipeline/options.h"
 
@@ -39,13 +46,56 @@ int print_config_help() {
 int print_metrics_help() {
   std::printf("Per-epoch metrics (metrics.jsonl, metrics.csv in the run folder; null or empty = not applicable):\n\n");
   for (const app::Metric& m : app::kEpochMetrics) std::printf("  %-22s %s\n", m.name, m.meaning);
+  std::printf("\nPer-step figures (steps.jsonl, with run.log_steps = true):\n\n");
+  for (const app::Metric& m : app::kStepMetrics) std::printf("  %-22s %s\n", m.name, m.meaning);
   return app::kExitOk;
+}
+
+// pinfeed help TOPIC: the topics besides the subcommands (whose --help it prints).
+constexpr const char* kHelpTopics[] = {"config", "metrics"};
+
+// What CLI11 would only call "not expected", said with the likely intent: an unknown command is named with the
+// nearest one; a config key typed as a flag (--epochs 1, as torchvision's scripts take it) gets the override to
+// write instead. Returns the message, or "" to let CLI11 parse.
+std::string misuse(const CLI::App& cli, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : cli.get_subcommands({})) commands.push_back(sub->get_name());
+  const std::string command = argv[1];
+  if (std::find(commands.begin(), commands.end(), command) == commands.end()) {
+    std::string all;
+    for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
+    return "unknown command '" + data::printable(command) + "'" + app::did_you_mean(command, commands) +
+           " (commands: " + all + ")";
+  }
+  const CLI::App* sub = cli.get_subcommand(command);
+  if (!sub->get_option_no_throw("overrides")) return "";  // a command without config keys
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2) continue;
+    const auto eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
+    if (sub->get_option_no_throw(flag) || flag == "--help") continue;
+    std::string leaf = flag.substr(2);
+    std::replace(leaf.begin(), leaf.end(), '-', '_');
+    for (const auto& k : app::config_keys()) {
+      if (k.name.substr(k.name.find('.') + 1) != leaf) continue;
+      std::string value = eq != std::string::npos ? arg.substr(eq + 1)
+                          : i + 1 < argc && argv[i + 1][0] != '-' ? std::string(argv[i + 1])
+                                                                  : "VALUE";
+      return command + ": unknown option " + data::printable(flag) + "; config keys are set as section.key=value: use " +
+             k.name + "=" + data::printable(value);
+    }
+  }
+  return "";
 }
 
 int run(int argc, char** argv) {
   CLI::App cli{"pinfeed: is the GPU computing, or waiting for data? ResNet-50 training with switchable "
                "host-to-device transfer modes."};
   cli.require_subcommand(1);
+  cli.option_defaults()->always_capture_default();  // every --help shows each option's default
   cli.set_version_flag("--version", "pinfeed 0.1.0");
 
   auto* train = cli.add_subcommand("train", "train ResNet-50 from a TOML config");
@@ -79,10 +129,21 @@ int run(int argc, char** argv) {
   auto* bench = cli.add_subcommand("bench", "compare transfer modes on the same data: samples/s, wait, GPU idle");
   app::add_bench_options(*bench, bench_args);
 
-  auto* help = cli.add_subcommand("help", "more help: 'pinfeed help config' lists every config key, 'pinfeed help metrics' every per-epoch metric");
-  std::string topic;
-  help->add_option("topic", topic, "config | metrics");
+  app::EvalArgs eval_args;
+  auto* eval = cli.add_subcommand("eval", "top-1, top-5 and loss of a checkpoint or a state dict on a split");
+  app::add_eval_options(*eval, eval_args);
+  app::PredictArgs predict_args;
+  auto* predict = cli.add_subcommand("predict", "the top-k classes of images, from a checkpoint or a state dict");
+  app::add_predict_options(*predict, predict_args);
 
+  auto* help = cli.add_subcommand("help", "more help: 'pinfeed help config' lists every config key, 'pinfeed help metrics' every per-epoch metric, 'pinfeed help CMD' a command's options");
+  std::string topic;
+  help->add_option("topic", topic, "config | metrics | a command");
+
+  if (const std::string problem = misuse(cli, argc, argv); !problem.empty()) {
+    log::error(problem);
+    return app::kExitUsage;
+  }
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -92,12 +153,29 @@ int run(int argc, char** argv) {
   if (*help) {
     if (topic == "config") return print_config_help();
     if (topic == "metrics") return print_metrics_help();
-    std::cout << cli.help();
-    return app::kExitOk;
+    if (topic.empty()) {
+      std::cout << cli.help();
+      return app::kExitOk;
+    }
+    std::vector<std::string> topics(std::begin(kHelpTopics), std::end(kHelpTopics));
+    for (const CLI::App* sub : cli.get_subcommands({})) {
+      if (sub->get_name() == topic && sub != help) {
+        std::cout << sub->help();
+        return app::kExitOk;
+      }
+      if (sub != help) topics.push_back(sub->get_name());
+    }
+    std::string all;
+    for (const auto& t : topics) all += (all.empty() ? "" : " | ") + t;
+    log::error("help: unknown topic '" + data::printable(topic) + "'" + app::did_you_mean(topic, topics) +
+               " (topics: " + all + ")");
+    return app::kExitUsage;
   }
   if (*gen) {
-    if (std::sscanf(size.c_str(), "%dx%d", &so.width, &so.height) != 2 || so.width < 8 || so.height < 8) {
-      log::error("--size must be WxH with both at least 8, got '" + size + "'");
+    int used = 0;  // the whole text is WxH: "64x64px" is refused, not read as 64x64
+    if (std::sscanf(size.c_str(), "%dx%d%n", &so.width, &so.height, &used) != 2 ||
+        used != static_cast<int>(size.size()) || so.width < 8 || so.height < 8) {
+      log::error("--size must be WxH with both at least 8, got '" + data::printable(size) + "'");
       return app::kExitUsage;
     }
     const int64_t n = data::generate_synthetic(so);
@@ -105,6 +183,8 @@ int run(int argc, char** argv) {
     return app::kExitOk;
   }
   if (*bench) return app::run_bench(bench_args, app::signal_stop());
+  if (*eval) return app::run_eval(eval_args, app::signal_stop());
+  if (*predict) return app::run_predict(predict_args);
 
   const app::TrainResult result = app::train(app::start(start), {resume, stop_after_steps}, app::signal_stop());
   if (result.interrupted) return app::kExitInterrupted;
@@ -129,6 +209,9 @@ static int exit_code(int argc, char** argv) {
   } catch (const app::PeerFailed& e) {
     log::error(e.what());
     return app::kExitPeerFailed;
+  } catch (const app::Diverged& e) {
+    log::error(e.what());
+    return app::kExitDiverged;
   } catch (const app::ConfigError& e) {
     log::error(e.what());
     return app::kExitUsage;

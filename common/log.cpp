@@ -1,6 +1,7 @@
 #include "common/log.h"
 
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 
 namespace pinfeed::log {
@@ -9,6 +10,19 @@ namespace {
 std::mutex g_mutex;
 bool g_status_open = false;  // a redrawn status line is on screen without its newline
 std::string g_prefix;        // "[rank R] " in a data-parallel run
+std::FILE* g_tee = nullptr;  // run.log, or null
+
+// Under g_mutex. Line-buffered by hand: a kill -9 loses nothing already printed.
+void to_tee(const std::string& line) {
+  if (!g_tee) return;
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S ", &tm);
+  std::fprintf(g_tee, "%s%s\n", stamp, line.c_str());
+  std::fflush(g_tee);
+}
 
 void emit(const char* prefix, const std::string& message) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -18,6 +32,7 @@ void emit(const char* prefix, const std::string& message) {
   }
   std::fprintf(stderr, "%s%s%s\n", g_prefix.c_str(), prefix, message.c_str());
   std::fflush(stderr);
+  to_tee(g_prefix + prefix + message);
 }
 
 }  // namespace
@@ -35,6 +50,7 @@ void status(const std::string& line, bool redraw) {
     if (g_status_open) std::fputc('\n', stderr);
     g_status_open = false;
     std::fprintf(stderr, "%s%s\n", g_prefix.c_str(), line.c_str());
+    to_tee(g_prefix + line);
   }
   std::fflush(stderr);
 }
@@ -42,6 +58,14 @@ void status(const std::string& line, bool redraw) {
 void set_rank(int rank, int world) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_prefix = world > 1 ? "[rank " + std::to_string(rank) + "] " : "";
+}
+
+bool tee(const std::string& path) {
+  std::FILE* file = path.empty() ? nullptr : std::fopen(path.c_str(), "ae");  // e: not inherited by children
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_tee) std::fclose(g_tee);
+  g_tee = file;
+  return path.empty() || file != nullptr;
 }
 
 }  // namespace pinfeed::log

@@ -1,4 +1,5 @@
-// Minimal thread-safe logging to stderr: one line per call, never interleaved between threads.
+// Minimal thread-safe logging to stderr: one line per call, never interleaved between threads. A run also keeps
+// what it printed in its folder (tee): run.log.
 #pragma once
 
 #include <string>
@@ -14,5 +15,12 @@ void status(const std::string& line, bool redraw);
 
 // In a data-parallel run every line starts with "[rank R] ", so a line names the process that wrote it.
 void set_rank(int rank, int world);
+
+// From now on every line printed is also appended to `path`, each prefixed with the local date and time, until
+// the next tee() ("" stops). A progress line redrawn in place on a terminal is left out of the file (the epoch's
+// line says the same); one printed as a line of its own is kept. Returns false when the file cannot be opened.
+// A line that cannot be written to the file is dropped from the file alone: the run goes on, its outputs are
+// what fails loudly on a full disk.
+bool tee(const std::string& path);
 
 }  // namespace pinfeed::log

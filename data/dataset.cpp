@@ -140,13 +140,13 @@ int Dataset::load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_
       *label = folder_.samples[current].label;
       return replaced;
     } catch (const std::exception& e) {
-      const std::string& path = folder_.samples[current].path;
+      const std::string path = printable(folder_.samples[current].path);
       const int64_t n = record_bad_image(current, e.what());  // 0: seen before
       if (on_bad_image_ == BadImagePolicy::kFail) {
-        throw DataError("bad image " + path + ": " + e.what() + " (data.on_bad_image = \"fail\")");
+        throw DataError("bad image " + path + ": " + printable(e.what()) + " (data.on_bad_image = \"fail\")");
       }
       if (n > 0 && n <= kLoggedBadImages) {
-        log::warn("bad image " + path + ": " + e.what() + "; replaced by another sample" +
+        log::warn("bad image " + path + ": " + printable(e.what()) + "; replaced by another sample" +
                   (n == kLoggedBadImages ? " (further bad images are only counted)" : ""));
       }
       // Another sample than the one that just failed (the same seed picks the same one on every run).
@@ -155,7 +155,7 @@ int Dataset::load(int64_t index, uint64_t seed, int64_t epoch, void* dst, int64_
     }
   }
   throw DataError("more than " + std::to_string(kMaxReplacements) + " bad images in a row replacing " +
-                  folder_.samples[index].path + "; is the dataset readable?");
+                  printable(folder_.samples[index].path) + "; is the dataset readable?");
 }
 
 }  // namespace pinfeed::data

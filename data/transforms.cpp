@@ -14,9 +14,12 @@
 #include <unistd.h>
 #include <stdexcept>
 
+#include <csetjmp>
+
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <png.h>
 
 namespace pinfeed::data {
 
@@ -168,6 +171,83 @@ std::string pixel_limit_error(int64_t width, int64_t height, int64_t max_pixels)
 
 namespace {
 
+// A PNG decoded by libpng with pinfeed's own error and warning handlers. Through OpenCV, libpng prints
+// "libpng error: ..." to stderr by itself, naming no file, and the reason never reaches bad_images.tsv. The
+// transformations are those of OpenCV 4's PngDecoder::readData for IMREAD_COLOR (16 bits stripped to 8, alpha
+// stripped, palette and grey expanded, BGR order), so the pixels are the ones cv::imdecode gives (test_transforms).
+struct PngReader {
+  const uint8_t* data;
+  size_t size;
+  size_t at = 0;
+  char message[256] = "";
+};
+
+void png_failed(png_structp png, png_const_charp what) {
+  auto* r = static_cast<PngReader*>(png_get_error_ptr(png));
+  std::snprintf(r->message, sizeof r->message, "%s", what ? what : "unknown error");
+  png_longjmp(png, 1);
+}
+
+void png_warned(png_structp, png_const_charp) {}  // benign (an sRGB profile libpng dislikes): OpenCV ignores them too
+
+void png_read_memory(png_structp png, png_bytep out, png_size_t n) {
+  auto* r = static_cast<PngReader*>(png_get_io_ptr(png));
+  if (n > r->size - r->at) png_error(png, "truncated file");
+  std::memcpy(out, r->data + r->at, n);
+  r->at += n;
+}
+
+// Only plain data lives in this frame across setjmp: a longjmp skips destructors. `rows` is sized by the caller
+// once the header is read (the second call); the first call reads the header alone.
+bool png_steps(png_structp png, png_infop info, png_infop end, cv::Mat* out, std::vector<png_bytep>* rows) {
+  if (setjmp(png_jmpbuf(png))) return false;
+  if (!out) {
+    png_read_info(png, info);
+    return true;
+  }
+  const int color_type = png_get_color_type(png, info);
+  if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
+  png_set_strip_alpha(png);
+  if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if ((color_type & PNG_COLOR_MASK_COLOR) == 0 && png_get_bit_depth(png, info) < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (color_type & PNG_COLOR_MASK_COLOR) {
+    png_set_bgr(png);
+  } else {
+    png_set_gray_to_rgb(png);
+  }
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != static_cast<size_t>(out->cols) * 3) png_error(png, "unexpected row size");
+  for (int y = 0; y < out->rows; ++y) (*rows)[y] = out->ptr(y);
+  png_read_image(png, rows->data());
+  png_read_end(png, end);
+  return true;
+}
+
+}  // namespace
+
+void decode_png(const uint8_t* file, size_t file_size, cv::Mat& out) {
+  PngReader reader{file, file_size};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, png_failed, png_warned);
+  if (!png) throw std::runtime_error("libpng: out of memory");
+  png_infop info = png_create_info_struct(png), end = png_create_info_struct(png);
+  struct Destroy {
+    png_structp* png;
+    png_infop *info, *end;
+    ~Destroy() { png_destroy_read_struct(png, info, end); }
+  } destroy{&png, &info, &end};
+  if (!info || !end) throw std::runtime_error("libpng: out of memory");
+  png_set_read_fn(png, &reader, png_read_memory);
+  std::vector<png_bytep> rows;
+  if (!png_steps(png, info, end, nullptr, &rows)) throw std::runtime_error(std::string("libpng: ") + reader.message);
+  // The size was checked against max_image_pixels from the same header before this call.
+  out.create(static_cast<int>(png_get_image_height(png, info)), static_cast<int>(png_get_image_width(png, info)), CV_8UC3);
+  rows.resize(static_cast<size_t>(out.rows));
+  if (!png_steps(png, info, end, &out, &rows)) throw std::runtime_error(std::string("libpng: ") + reader.message);
+}
+
+namespace {
+
 // decode_into, or decode_box_into when `given` is set (then the header must be readable).
 void decode(const uint8_t* file, size_t file_size, bool train, const TransformOptions& o, SampleRng* rng,
             const CropBox* given, DecodeScratch& scratch, void* dst) {
@@ -198,14 +278,18 @@ void decode(const uint8_t* file, size_t file_size, bool train, const TransformOp
   // The whole image at full scale, then crop and resize: crop_decode off (the reference path), PNG, CMYK, a JPEG
   // header the peek could not read. JPEGs that libjpeg-turbo converts to BGR are decoded by it here: the same
   // library and settings as OpenCV, so the same pixels (test_transforms checks), but with its warnings seen.
-  // The rest goes to OpenCV, JPEGs only after check_jpeg, since OpenCV ignores libjpeg's warnings.
+  // PNGs go to libpng directly (decode_png). The rest goes to OpenCV only after check_jpeg, since OpenCV ignores
+  // libjpeg's warnings.
   cv::Mat full;
   if (known && jpeg && !o.crop_decode &&
       decode_jpeg_region(file, file_size, cv::Rect(0, 0, width, height), 1, o.max_image_pixels, scratch.region,
                          &region)) {
     full = region.pixels(region.crop);
+  } else if (png) {
+    decode_png(file, file_size, scratch.decoded);
+    full = scratch.decoded;
   } else {
-    if (jpeg) check_jpeg(file, file_size, o.max_image_pixels, scratch.region);
+    check_jpeg(file, file_size, o.max_image_pixels, scratch.region);
     // Not imdecode(..., &dst): on failure it returns dst untouched, i.e. the previous sample's image.
     const cv::Mat bytes(1, static_cast<int>(file_size), CV_8UC1, const_cast<uint8_t*>(file));
     // IGNORE_ORIENTATION: header sizes and crops refer to the stored pixels; torchvision's PIL loader also

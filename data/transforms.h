@@ -98,11 +98,17 @@ struct DecodeScratch {
 //   truncation (with or without the end-of-image marker put back), bad Huffman codes, extraneous bytes, bad
 //   SOS parameters. The same check runs on every path (crop-region decode, full decode, CMYK via OpenCV).
 //   Bytes after the end-of-image marker are accepted: libjpeg stops there and some writers append data;
-// - a PNG that OpenCV cannot decode, or whose decoded size disagrees with its header.
+// - a PNG on which libpng reports an error (the reason is "libpng: <its message>"; libpng's warnings are
+//   ignored, as OpenCV ignores them), or whose decoded size disagrees with its header.
 // A null dst leaves the sample in scratch (resized, flip) for write_resized: a loader worker writes into a batch
 // slot only once it knows the slot is still its to write (data/loader.cpp), at no extra cost.
 void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& options,
                  SampleRng& rng, DecodeScratch& scratch, void* dst);
+
+// A whole PNG as 8-bit BGR, the pixels cv::imdecode(IMREAD_COLOR) gives, through libpng with pinfeed's own error
+// handlers: nothing printed, and a bad file throws std::runtime_error("libpng: <its message>"). Warnings are
+// ignored, as OpenCV ignores them.
+void decode_png(const uint8_t* file, size_t file_size, cv::Mat& out);
 
 // Writes to dst what a decode with a null dst left in scratch: the very bytes that decode would have written.
 void write_resized(const DecodeScratch& scratch, const TransformOptions& options, void* dst);

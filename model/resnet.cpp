@@ -3,7 +3,9 @@
 #include "model/batch_norm.h"
 #include "model/max_pool.h"
 
+#include <ATen/ops/constant_pad_nd.h>
 #include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/conv.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
 
@@ -96,12 +98,20 @@ void ResNetImpl::init_weights(bool zero_init_residual) {
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = bn_add_relu(*bn1, conv1(x), {}, true, fused_bn_);
+  x = bn_add_relu(*bn1, stem_conv(x), {}, true, fused_bn_);
   x = stem_max_pool_ && is_training() ? stem_max_pool(x)
                                       : F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));
   x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
   return fc(x);
+}
+
+torch::Tensor ResNetImpl::stem_conv(const torch::Tensor& x) {
+  if (x.size(1) != 4) return conv1(x);
+  // RGB plus a zero channel (pipeline::FeederOptions::input_channels): the weight gets a zero input channel to
+  // match, so the output is the 3-channel one and the gradient reaches conv1.weight (3 input channels) unchanged.
+  const torch::Tensor w = at::constant_pad_nd(conv1->weight, {0, 0, 0, 0, 0, 1}).contiguous(x.suggest_memory_format());
+  return F::conv2d(x, w, F::Conv2dFuncOptions().stride(2).padding(3));
 }
 
 ResNet resnet50(const ResNetOptions& options) {

@@ -45,7 +45,10 @@ TORCH_MODULE(Bottleneck);
 class ResNetImpl : public torch::nn::Module {
  public:
   ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options);
-  torch::Tensor forward(torch::Tensor x);  // (B, 3, H, W) float -> (B, num_classes) logits
+  // (B, 3, H, W) float -> (B, num_classes) logits. Also (B, 4, H, W): RGB and a zero fourth channel, which
+  // cuDNN's fp16 kernels for the 7x7 stem convolution take faster than 3 channels (0.81 against 1.11 ms forward
+  // and weight gradient at batch 256 on an H200); the result is the 3-channel one.
+  torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr};
@@ -54,6 +57,7 @@ class ResNetImpl : public torch::nn::Module {
 
  private:
   torch::nn::Sequential make_layer(int64_t planes, int64_t blocks, int64_t stride);
+  torch::Tensor stem_conv(const torch::Tensor& x);
   void init_weights(bool zero_init_residual);
   int64_t in_planes_ = 64;
   bool fused_bn_, stem_max_pool_;

@@ -229,6 +229,14 @@ at::Tensor Feeder::to_model_layout(at::Tensor images) const {
     // (B, S, S, 3) uint8 -> (B, 3, S, S) float: the permuted view already has channels_last strides, which
     // the product keeps; the uint8 -> float cast happens inside the multiply.
     images = images.permute({0, 3, 1, 2}).mul(scale_).add_(shift_);
+    if (feeder_options_.input_dtype != at::kFloat || feeder_options_.input_channels != 3) {
+      // Rounded once from float32, as the GPU decoder's kernel does: the same values whichever path decoded.
+      const int64_t b = images.size(0), s = images.size(2);
+      at::Tensor out = at::empty({b, s, s, feeder_options_.input_channels}, images.options().dtype(feeder_options_.input_dtype));
+      out.narrow(3, 0, 3).copy_(images.permute({0, 2, 3, 1}));
+      if (feeder_options_.input_channels == 4) out.select(3, 3).zero_();
+      images = out.permute({0, 3, 1, 2});  // channels_last strides
+    }
     return feeder_options_.channels_last ? images : images.contiguous();
   }
   return feeder_options_.channels_last ? images.contiguous(c10::MemoryFormat::ChannelsLast) : images;
@@ -270,8 +278,8 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
     const int64_t s = loader_->dataset().transform().size;
     const auto layout_of_model = feeder_options_.channels_last ? c10::MemoryFormat::ChannelsLast
                                                                : c10::MemoryFormat::Contiguous;
-    out.images = at::empty({batch->size, 3, s, s},
-                           at::TensorOptions().dtype(at::kFloat).device(feeder_options_.device).memory_format(layout_of_model));
+    out.images = at::empty({batch->size, feeder_options_.input_channels, s, s},
+                           at::TensorOptions().dtype(feeder_options_.input_dtype).device(feeder_options_.device).memory_format(layout_of_model));
     try {
       decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), out.images, *stream);
     } catch (...) {

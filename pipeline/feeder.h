@@ -31,6 +31,10 @@ struct FeederOptions {
   c10::Device device = c10::Device(c10::kCPU);
   std::optional<c10::Stream> compute_stream;  // CUDA: the stream the batches are consumed on (required)
   bool channels_last = false;
+  // The model's input from uint8 pixels (pipeline.transfer_dtype = "uint8", or the GPU decoder): its type, and 3
+  // channels or 4 (RGB and a zero channel: model/resnet.h). float16 saves autocast's cast of a float32 batch.
+  c10::ScalarType input_dtype = c10::kFloat;
+  int64_t input_channels = 3;
   int ring_slots = 0;  // 0: prefetch_batches + 2 (one being copied, one being computed on)
 };
 

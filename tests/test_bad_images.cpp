@@ -7,6 +7,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -309,6 +310,56 @@ TEST(BadImages, ProgressiveFourTimesVerticalSamplingDecodesEveryCrop) {
         EXPECT_EQ(cv::norm(got, want, cv::NORM_INF), 0) << "rows " << y << "+" << h;
       }
     }
+  }
+}
+
+// --- PNG through libpng with pinfeed's handlers ---
+
+TEST(BadImages, PngsOfEveryKindDecodeToOpenCVsPixels) {
+  const cv::Mat bgr = test::noise_image(37, 23);
+  cv::Mat gray, bgra, wide, wide_bgra, bilevel;
+  cv::cvtColor(bgr, gray, cv::COLOR_BGR2GRAY);
+  cv::cvtColor(bgr, bgra, cv::COLOR_BGR2BGRA);
+  for (int y = 0; y < bgra.rows; ++y) bgra.at<cv::Vec4b>(y, 0)[3] = 7;  // some transparency, stripped as OpenCV does
+  bgr.convertTo(wide, CV_16U, 257.0, 3);
+  bgra.convertTo(wide_bgra, CV_16U, 257.0);
+  cv::threshold(gray, bilevel, 127, 255, cv::THRESH_BINARY);
+  const std::pair<const char*, Bytes> files[] = {
+      {"rgb", test::encode(bgr, ".png")},
+      {"gray", test::encode(gray, ".png")},
+      {"rgba", test::encode(bgra, ".png")},
+      {"rgb16", test::encode(wide, ".png")},
+      {"rgba16", test::encode(wide_bgra, ".png")},
+      {"bilevel", test::encode(bilevel, ".png", {cv::IMWRITE_PNG_BILEVEL, 1})},
+  };
+  for (const auto& [name, bytes] : files) {
+    const cv::Mat expected = cv::imdecode(bytes, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    cv::Mat got;
+    decode_png(bytes.data(), bytes.size(), got);
+    ASSERT_EQ(got.size(), expected.size()) << name;
+    ASSERT_EQ(got.type(), expected.type()) << name;
+    EXPECT_EQ(cv::norm(got, expected, cv::NORM_INF), 0) << name;
+  }
+}
+
+TEST(BadImages, CorruptPngIsRefusedWithLibpngsMessageAndNothingPrinted) {
+  const Bytes good = test::encode(test::noise_image(40, 30), ".png");
+  Bytes flipped = good;  // a byte of the image data changed: a CRC or zlib error, whichever libpng meets first
+  for (size_t i = 8; i + 8 < flipped.size(); ++i) {
+    if (std::memcmp(&flipped[i], "IDAT", 4) == 0) {
+      flipped[i + 10] ^= 0x55;
+      break;
+    }
+  }
+  const Bytes truncated(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(good.size() / 2));
+  for (const Path& p : every_path()) {
+    testing::internal::CaptureStderr();
+    const std::string crc = try_decode(flipped, p);
+    const std::string cut = try_decode(truncated, p);
+    const std::string printed = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(crc.rfind("libpng: ", 0), 0u) << crc;
+    EXPECT_EQ(cut.rfind("libpng: ", 0), 0u) << cut;
+    EXPECT_EQ(printed, "") << describe(p);
   }
 }
 

@@ -6,10 +6,17 @@
 #include <ATen/ops/tensor.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <caffe2/serialize/inline_container.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <filesystem>
 
 #include "app/run/checkpoint.h"
+#include "app/config/config.h"
 #include "app/run/run_files.h"
+#include "data/error.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -33,6 +40,8 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   c.loss_scaler = {{"scale", at::tensor(32768.0f)}, {"growth_tracker", at::tensor(17, at::kInt)},
                    {"skipped_steps", at::tensor(3.0, at::kDouble)}};
   c.config = "[train]\nlr = 0.1\n";
+  c.classes = {"cat", "dog"};
+  c.best_val_top1 = 0.625;
   save_checkpoint(dir + "/last.pt", c);
   EXPECT_FALSE(std::filesystem::exists(dir + "/last.pt.tmp"));
   const Checkpoint r = load_checkpoint(dir + "/last.pt");
@@ -51,6 +60,8 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   EXPECT_EQ(r.train_images, 1000);
   EXPECT_EQ(r.steps_per_epoch, 31);
   EXPECT_EQ(r.config, c.config);
+  EXPECT_EQ(r.classes, c.classes);
+  EXPECT_EQ(r.best_val_top1, 0.625);
   EXPECT_EQ(r.format_version, 2);
 }
 
@@ -114,10 +125,148 @@ TEST(Checkpoint, AFailedWriteLeavesThePreviousFileIntact) {
   EXPECT_EQ(std::string(read_file_bytes(dir + "/last.pt").data(), 3), "old");
 }
 
-TEST(Checkpoint, NotACheckpointIsRefused) {
+TEST(Checkpoint, NotACheckpointIsRefusedAsAUsageError) {
   const std::string dir = test::fresh_dir("ckpt_bad");
   write_file_atomic(dir + "/x.pt", std::string("not a zip"));
-  EXPECT_THROW(load_checkpoint(dir + "/x.pt"), std::runtime_error);
+  EXPECT_NE(test::message_of<ConfigError>([&] { load_checkpoint(dir + "/x.pt"); }).find("not a zip archive"),
+            std::string::npos);
+}
+
+Checkpoint small_checkpoint() {
+  Checkpoint c;
+  c.model["fc.weight"] = at::randn({2, 4});
+  c.model["fc.bias"] = at::randn({2});
+  c.batch_size = 4;
+  c.train_images = 8;
+  c.steps_per_epoch = 2;
+  c.config = "[train]\n";
+  return c;
+}
+
+TEST(Checkpoint, AMissingFileADirectoryAFifoAndADeviceAreRefusedBeforeAnyRead) {
+  const std::string dir = test::fresh_dir("ckpt_special");
+  ASSERT_EQ(::mkfifo((dir + "/fifo.pt").c_str(), 0600), 0);  // no writer: a blocking open would wait for ever
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir + "/missing.pt", "no such file"},
+      {dir, "a directory"},
+      {dir + "/fifo.pt", "FIFO"},
+      {"/dev/zero", "device"},
+  };
+  for (const auto& [path, said] : cases) {
+    const std::string message = test::message_of<ConfigError>([&] { load_checkpoint(path); });
+    EXPECT_NE(message.find(said), std::string::npos) << path << ": " << message;
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+  }
+}
+
+TEST(Checkpoint, ATruncatedFileIsADataErrorSayingSo) {
+  const std::string dir = test::fresh_dir("ckpt_cut");
+  save_checkpoint(dir + "/last.pt", small_checkpoint());
+  const auto size = std::filesystem::file_size(dir + "/last.pt");
+  for (const auto keep : {size / 2, size - 30, uintmax_t{100}}) {
+    std::filesystem::copy_file(dir + "/last.pt", dir + "/cut.pt", std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(dir + "/cut.pt", keep);
+    const std::string message = test::message_of<DataError>([&] { load_checkpoint(dir + "/cut.pt"); });
+    EXPECT_NE(message.find("truncated"), std::string::npos) << keep << ": " << message;
+  }
+}
+
+TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheKey) {
+  const std::string dir = test::fresh_dir("ckpt_nan");
+  Checkpoint c = small_checkpoint();
+  c.model["fc.bias"][1] = NAN;
+  save_checkpoint(dir + "/nan.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/nan.pt"); }).find("model.fc.bias holds NaN"),
+            std::string::npos);
+  EXPECT_NE(test::message_of<DataError>([&] { load_weights(dir + "/nan.pt"); }).find("fc.bias"), std::string::npos);
+}
+
+TEST(Checkpoint, ImpossiblePositionsAreRefusedNamingTheKey) {
+  const std::string dir = test::fresh_dir("ckpt_position");
+  Checkpoint c = small_checkpoint();
+  c.epoch = -1;
+  save_checkpoint(dir + "/a.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/a.pt"); }).find("epoch = -1"), std::string::npos);
+  c = small_checkpoint();
+  c.world_size = 0;
+  save_checkpoint(dir + "/b.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/b.pt"); }).find("world_size = 0"),
+            std::string::npos);
+  c = small_checkpoint();
+  c.step_in_epoch = 5;  // of 2
+  save_checkpoint(dir + "/c.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/c.pt"); }).find("step_in_epoch = 5"),
+            std::string::npos);
+}
+
+// A pickle as Python writes it, opcode by opcode (protocol 2, what torch.save uses), in torch.save's zip.
+struct PickleText {
+  std::string bytes = std::string("\x80\x02", 2);
+  PickleText& op(char c) { bytes += c; return *this; }
+  PickleText& global(const std::string& module, const std::string& name) { bytes += "c" + module + "\n" + name + "\n"; return *this; }
+  PickleText& str(const std::string& s) {
+    bytes += 'X';
+    const uint32_t n = static_cast<uint32_t>(s.size());
+    bytes.append(reinterpret_cast<const char*>(&n), 4);
+    bytes += s;
+    return *this;
+  }
+  PickleText& small(uint8_t v) { bytes += 'K'; bytes += static_cast<char>(v); return *this; }
+};
+
+void write_torch_zip(const std::string& path, const std::string& pickle, const std::vector<float>& storage) {
+  std::vector<char> out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) {
+    out.insert(out.end(), static_cast<const char*>(b), static_cast<const char*>(b) + n);
+    return n;
+  });
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  writer.writeRecord("data/0", storage.data(), storage.size() * sizeof(float));
+  writer.writeEndOfFile();
+  write_file_atomic(path, out.data(), out.size());
+}
+
+// torch.save(OrderedDict(fc.weight=tensor((2, 3)))) with the _metadata attribute every state_dict() carries:
+// LibTorch's own unpickler turns the OrderedDict into None and fails an internal assert on it.
+std::string state_dict_pickle() {
+  PickleText p;
+  p.global("collections", "OrderedDict").op(')').op('R').op('(');
+  p.str("fc.weight").global("torch._utils", "_rebuild_tensor_v2").op('(');
+  p.op('(').str("storage").global("torch", "FloatStorage").str("0").str("cpu").small(6).op('t').op('Q');
+  p.small(0).small(2).small(3).op('\x86').small(3).small(1).op('\x86').op('\x89');
+  p.global("collections", "OrderedDict").op(')').op('R').op('t').op('R');
+  p.op('u').op('}').str("_metadata").op('}').op('s').op('b').op('.');
+  return p.bytes;
+}
+
+TEST(Checkpoint, AStateDictFromPythonLoadsAsWeightsAndResumeNamesInitFrom) {
+  const std::string dir = test::fresh_dir("ckpt_state_dict");
+  write_torch_zip(dir + "/sd.pt", state_dict_pickle(), {1, 2, 3, 4, 5, 6});
+  const Weights w = load_weights(dir + "/sd.pt");
+  EXPECT_FALSE(w.checkpoint);
+  EXPECT_TRUE(w.classes.empty());
+  ASSERT_EQ(w.model.size(), 1u);
+  const at::Tensor t = w.model.at("fc.weight");
+  EXPECT_EQ(t.sizes(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(t[1][2].item<float>(), 6.0f);
+  EXPECT_NE(test::message_of<ConfigError>([&] { load_checkpoint(dir + "/sd.pt"); }).find("train.init_from"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, AStorageShorterThanItsTensorIsRefused) {
+  const std::string dir = test::fresh_dir("ckpt_short_storage");
+  write_torch_zip(dir + "/sd.pt", state_dict_pickle(), {1, 2, 3});  // 3 floats for a (2, 3) tensor
+  EXPECT_NE(test::message_of<DataError>([&] { load_weights(dir + "/sd.pt"); }).find("fewer than its 6 elements"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, APickleNamingAnythingButPlainDataIsRefusedNamingIt) {
+  const std::string dir = test::fresh_dir("ckpt_foreign");
+  PickleText p;
+  p.global("os", "system").str("true").op('\x85').op('R').op('.');
+  write_torch_zip(dir + "/evil.pt", p.bytes, {});
+  EXPECT_NE(test::message_of<ConfigError>([&] { load_weights(dir + "/evil.pt"); }).find("names os.system"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ TEST(Config, UnknownSectionIsReported) {
 
 TEST(Config, WrongTypeNamesKeyAndBothTypes) {
   const auto e = error_of(std::string(kBase) + "[train]\nepochs = \"ten\"\n");
-  EXPECT_NE(e.find("cfg.toml:4:10: train.epochs must be a integer, got a string"), std::string::npos) << e;
+  EXPECT_NE(e.find("cfg.toml:4:10: train.epochs: expected an integer, got \"ten\""), std::string::npos) << e;
 }
 
 TEST(Config, ImpossibleValueIsRejected) {
@@ -117,7 +117,7 @@ TEST(Config, SizesBeyondTheirRangeAreRejectedNamingTheKey) {
       {"train.batch_size=99999999999", "train.batch_size must be <= 1048576, got 99999999999"},
       {"data.image_size=100000", "data.image_size must be <= 4096, got 100000"},
       {"model.num_classes=1000000000", "model.num_classes must be <= 100000, got 1000000000"},
-      {"model.num_classes=1e9", "model.num_classes must be a integer, got a float"},
+      {"model.num_classes=1e9", "model.num_classes: expected an integer, got '1e9'"},
       {"pipeline.pinned_budget_mb=9223372036854775807", "pipeline.pinned_budget_mb must be <= "},
       {"dist.timeout_s=9223372036854775807", "dist.timeout_s must be <= 604800"},
       {"data.max_image_pixels=-1", "data.max_image_pixels must be >= 0"},
@@ -250,6 +250,61 @@ TEST(Config, ShippedConfigsParse) {
 
 TEST(Config, EveryKeyHasHelp) {
   for (const auto& k : config_keys()) EXPECT_FALSE(k.help.empty()) << k.name;
+}
+
+TEST(Config, UnknownKeySuggestsTheKeyMostLikelyMeant) {
+  const std::pair<std::string, std::string> overrides[] = {
+      {"train.epoch=3", "did you mean 'train.epochs'?"},      // a typo
+      {"epochs=3", "did you mean 'train.epochs'?"},           // no section
+      {"data.lr=0.1", "did you mean 'train.lr'?"},            // the wrong section
+      {"data.worker=2", "did you mean 'data.workers'?"},
+  };
+  for (const auto& [assignment, hint] : overrides) {
+    const std::string e = error_of(kBase, {assignment});
+    EXPECT_NE(e.find("unknown key"), std::string::npos) << e;
+    EXPECT_NE(e.find(hint), std::string::npos) << assignment << ": " << e;
+  }
+  EXPECT_EQ(error_of(kBase, {"train.zzzzzzzzzz=1"}).find("did you mean"), std::string::npos);  // nothing near
+  const std::string file = error_of(std::string(kBase) + "[train]\nbatchsize = 8\n");
+  EXPECT_EQ(file.rfind("cfg.toml:4:1: unknown key 'train.batchsize'; did you mean 'train.batch_size'?", 0), 0u) << file;
+  const std::string section = error_of(std::string(kBase) + "[trian]\nepochs = 1\n");
+  EXPECT_NE(section.find("unknown section [trian]; did you mean 'train'?"), std::string::npos) << section;
+  const std::string choice = error_of(kBase, {"train.precision=bf61"});
+  EXPECT_NE(choice.find("did you mean 'bf16'?"), std::string::npos) << choice;
+}
+
+TEST(Config, ValueOfTheWrongTypeNamesTheKeyTheTypeAndTheValue) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"train.lr=abc", "override 'train.lr=abc':1:10: train.lr: expected a number, got 'abc'"},
+      {"train.epochs=1.5", "train.epochs: expected an integer, got '1.5'"},
+      {"train.nesterov=yes", "train.nesterov: expected true or false, got 'yes'"},
+      {"train.lr=\"0.1\"", "train.lr: expected a number, got '\"0.1\"'"},
+  };
+  for (const auto& [assignment, message] : cases) {
+    const std::string e = error_of(kBase, {assignment});
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+    EXPECT_EQ(e.find("could not determine"), std::string::npos) << e;  // not toml++'s own words
+  }
+  // Every integer key says "an integer", never "a integer".
+  for (const auto& k : config_keys()) {
+    if (k.type != "integer") continue;
+    const std::string e = error_of(kBase, {k.name + "=0.5"});
+    EXPECT_NE(e.find(k.name + ": expected an integer, got '0.5'"), std::string::npos) << e;
+  }
+}
+
+TEST(Config, ControlCharactersInValuesAreRefusedOrEscapedNeverEchoed) {
+  for (const std::string key : {"data.root", "data.train_split", "data.val_split", "run.dir"}) {
+    const std::string e = error_of(kBase, {key + "=a\x1b[31mb"});
+    EXPECT_NE(e.find(key + " must not hold control characters, got \"a\\x1b[31mb\""), std::string::npos) << e;
+    EXPECT_EQ(e.find('\x1b'), std::string::npos) << key;
+  }
+  for (const std::string assignment : {"pipeline.mode=\x1b[2J", "train.device=\x1b[2J", "train.lr=\x1b",
+                                       "no\x1b.such=1", "run.trace_steps=1\x1b"}) {
+    const std::string e = error_of(kBase, {assignment});
+    EXPECT_NE(e.find("\\x1b"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\x1b'), std::string::npos) << e;
+  }
 }
 
 }  // namespace

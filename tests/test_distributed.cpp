@@ -361,6 +361,18 @@ TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
   // The metrics too (the loss is each rank's sum over the whole epoch, across the resume).
   EXPECT_EQ(test::learning_rows(fs::path(last("-split")).parent_path() / "metrics.jsonl"),
             test::learning_rows(fs::path(last("-whole")).parent_path() / "metrics.jsonl"));
+
+  // Rank 0 alone writes the folder: run.json records each start (world size 2), run.log holds its lines. A resume
+  // of the finished run ends on every rank at once, saying so, with nothing written.
+  const fs::path split_dir = fs::path(last("-split")).parent_path();
+  const nlohmann::json record = nlohmann::json::parse(read_text((split_dir / "run.json").string()));
+  ASSERT_EQ(record.at("starts").size(), 2u);
+  EXPECT_EQ(record["starts"][1].at("world_size"), 2);
+  EXPECT_NE(read_text((split_dir / "run.log").string()).find("resuming from"), std::string::npos);
+  for (const auto& e : run("split", {"--resume", "last"})) ASSERT_EQ(e.code, 0) << read_text(dir + "/split_rank0.log");
+  EXPECT_NE(read_text(dir + "/split_rank0.log").find("already finished all"), std::string::npos)
+      << read_text(dir + "/split_rank0.log");
+  EXPECT_EQ(nlohmann::json::parse(read_text((split_dir / "run.json").string())).at("starts").size(), 2u);
 }
 
 }  // namespace

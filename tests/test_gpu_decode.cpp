@@ -111,8 +111,9 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
   }
 }
 
-TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
-  SKIP_WITHOUT_NVJPEG();
+// A Feeder decoding on the GPU against one whose workers decode, batch for batch. pad: model.pad_input's input
+// (float16, a zero fourth channel), which the GPU decoder's kernel and the uint8 path each write.
+void expect_gpu_decoding_feeder_matches_the_cpu_one(bool pad) {
   const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/true);
   const data::ImageFolder folder = test::write_folder("gpu_decode_feeder", files);
   data::LoaderOptions lo;
@@ -123,6 +124,10 @@ TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
   fo.device = kCuda;
   fo.compute_stream = gpu::current_stream(kCuda);
   fo.channels_last = true;
+  if (pad) {
+    fo.input_dtype = at::kHalf;
+    fo.input_channels = 4;
+  }
   PipelineOptions po;
   apply_preset(*find_preset("dual_stream"), po);
   po.transfer_dtype = TransferDtype::kUint8;
@@ -138,7 +143,10 @@ TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
     for (int64_t epoch = 0; epoch < 2; ++epoch) {
       feeder.start_epoch(epoch);
       while (auto b = feeder.next()) {
-        images[on_gpu].push_back(b->images.cpu());
+        EXPECT_EQ(b->images.scalar_type(), fo.input_dtype);
+        EXPECT_EQ(b->images.size(1), fo.input_channels);
+        if (pad) EXPECT_EQ(b->images.select(1, 3).abs().sum().item<float>(), 0.f);
+        images[on_gpu].push_back(b->images.narrow(1, 0, 3).cpu().to(at::kFloat));
         labels[on_gpu].push_back(b->labels.cpu());
         bad[on_gpu] += b->bad_images;
       }
@@ -154,6 +162,16 @@ TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
     const double mad = images[true][k].sub(images[false][k]).abs().mean().item().toDouble() * 255 * 0.226;
     EXPECT_LE(mad, kMaxMeanAbsDiff) << "batch " << k;
   }
+}
+
+TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
+  SKIP_WITHOUT_NVJPEG();
+  expect_gpu_decoding_feeder_matches_the_cpu_one(false);
+}
+
+TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersPaddedFloat16Batches) {
+  SKIP_WITHOUT_NVJPEG();
+  expect_gpu_decoding_feeder_matches_the_cpu_one(true);
 }
 
 }  // namespace

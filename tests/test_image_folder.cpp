@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "data/error.h"
 #include "data/image_folder.h"
 #include "test_util.h"
@@ -68,6 +70,43 @@ TEST(ImageFolder, MissingOrEmptyPartsNameThePath) {
   EXPECT_NE(error_of(root, "train").find("has no class folders"), std::string::npos);
   fs::create_directories(fs::path(root) / "train/empty");
   EXPECT_NE(error_of(root, "train").find(root + "/train/empty holds no"), std::string::npos);
+}
+
+TEST(ImageFolder, SymlinkLoopIsRefusedNamingTheLink) {
+  const std::string root = test::fresh_dir("folder_loop");
+  touch(fs::path(root) / "train/a/1.jpg");
+  touch(fs::path(root) / "train/a/deep/2.jpg");
+  fs::create_symlink("../..", fs::path(root) / "train/a/deep/loop");  // back to train/
+  const std::string e = error_of(root, "train");
+  EXPECT_NE(e.find("dataset folder " + root + "/train/a/deep/loop links back to"), std::string::npos) << e;
+  EXPECT_NE(e.find("symlink loop"), std::string::npos) << e;
+}
+
+TEST(ImageFolder, LinkedFoldersThatAreNoLoopAreFollowed) {
+  const std::string root = test::fresh_dir("folder_links");
+  touch(fs::path(root) / "elsewhere/x.jpg");
+  touch(fs::path(root) / "train/a/1.jpg");
+  fs::create_symlink(fs::path(root) / "elsewhere", fs::path(root) / "train/a/linked");
+  fs::create_symlink(fs::path(root) / "nowhere", fs::path(root) / "train/a/dangling");
+  EXPECT_EQ(scan_image_folder(root, "train").samples.size(), 2u);
+}
+
+TEST(ImageFolder, UnreadableFolderIsADataErrorNamingIt) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any folder";
+  const std::string root = test::fresh_dir("folder_unreadable");
+  touch(fs::path(root) / "train/a/1.jpg");
+  fs::create_directories(fs::path(root) / "train/a/closed");
+  fs::permissions(fs::path(root) / "train/a/closed", fs::perms::none);
+  const std::string e = error_of(root, "train");
+  fs::permissions(fs::path(root) / "train/a/closed", fs::perms::owner_all);  // so that the cleanup can remove it
+  EXPECT_NE(e.find("cannot list dataset folder " + root + "/train/a/closed: Permission denied"), std::string::npos) << e;
+}
+
+TEST(ImageFolder, ControlCharactersInPathsAreEscapedInMessages) {
+  EXPECT_EQ(printable("a\x1b[2J\nb\x7f"), "a\\x1b[2J\\x0ab\\x7f");
+  const std::string e = error_of("/no/such\x1b]0;root", "train");
+  EXPECT_NE(e.find("/no/such\\x1b]0;root"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\x1b'), std::string::npos) << e;
 }
 
 }  // namespace

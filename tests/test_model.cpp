@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
 
 #include "model/resnet.h"
 
@@ -35,6 +38,24 @@ TEST(ResNet50, OutputShapeIsBatchByClasses) {
   m->eval();
   const auto y = m->forward(at::randn({2, 3, 64, 64}));
   EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 7}));
+}
+
+// What the feeder gives with model.pad_input: RGB and a zero fourth channel.
+TEST(ResNet50, AZeroFourthChannelGivesTheThreeChannelOutputAndGradient) {
+  auto m = resnet50({5, false});
+  const at::Tensor rgb = at::randn({2, 3, 32, 32}, at::kDouble);
+  const at::Tensor padded = at::cat({rgb, at::zeros({2, 1, 32, 32}, at::kDouble)}, 1);
+  m->to(at::kDouble);
+  at::Tensor grads[2], outputs[2];
+  for (int k = 0; k < 2; ++k) {
+    m->zero_grad();
+    outputs[k] = m->forward(k == 0 ? rgb : padded);
+    outputs[k].sum().backward();
+    grads[k] = m->conv1->weight.grad().clone();
+  }
+  EXPECT_EQ(grads[1].sizes(), (std::vector<int64_t>{64, 3, 7, 7}));
+  EXPECT_TRUE(at::allclose(outputs[1], outputs[0], 1e-12, 1e-12));
+  EXPECT_TRUE(at::allclose(grads[1], grads[0], 1e-12, 1e-12));
 }
 
 TEST(ResNet50, ZeroInitResidualZeroesEachBlocksLastBn) {

@@ -143,6 +143,40 @@ TEST(Feeder, CpuDeliversNormalisedBatchesInEitherTransferDtype) {
   }
 }
 
+// model.pad_input: uint8 pixels become float16 RGB and a zero fourth channel, the float32 batch's values rounded.
+TEST(Feeder, Uint8PixelsBecomeFloat16WithAZeroFourthChannel) {
+  const std::string root = test::make_dataset("feeder_pad", 2, 4, 1, 32);
+  data::TransformOptions t;
+  t.size = 16;
+  t.format = data::PixelFormat::kUint8Hwc;
+  auto ds = std::make_shared<data::Dataset>(data::scan_image_folder(root, "train"), t, true, data::BadImagePolicy::kSkip);
+  data::LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.workers = 2;
+  PipelineOptions po;
+  po.transfer_dtype = TransferDtype::kUint8;
+  std::vector<at::Tensor> batches;
+  for (bool pad : {false, true}) {
+    FeederOptions fo;
+    fo.channels_last = true;
+    if (pad) {
+      fo.input_dtype = at::kHalf;
+      fo.input_channels = 4;
+    }
+    Feeder feeder(ds, lo, po, fo);
+    feeder.start_epoch(0);
+    auto b = feeder.next();
+    ASSERT_TRUE(b);
+    batches.push_back(b->images.clone());
+  }
+  const at::Tensor& padded = batches[1];
+  EXPECT_EQ(padded.sizes(), (std::vector<int64_t>{4, 4, 16, 16}));
+  EXPECT_EQ(padded.scalar_type(), at::kHalf);
+  EXPECT_TRUE(padded.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(padded.narrow(1, 0, 3).equal(batches[0].to(at::kHalf)));
+  EXPECT_EQ(padded.select(1, 3).abs().sum().item<float>(), 0.f);
+}
+
 // A CPU Feeder (mode pageable) over a dataset whose sample `stuck` blocks at the gate, as a read that never returns.
 struct StuckFeed {
   explicit StuckFeed(const std::string& name) {

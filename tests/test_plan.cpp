@@ -64,6 +64,17 @@ TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {
   EXPECT_NE(bad.find("model.fused_bn"), std::string::npos) << bad;
 }
 
+TEST(Plan, PaddedFloat16InputIsOffWhereItCannotRunUnlessAskedFor) {
+  for (const auto& overrides : std::vector<std::vector<std::string>>{
+           {"train.channels_last=true", "pipeline.transfer_dtype=\"uint8\""}, {"model.pad_input=\"off\""}}) {
+    const Plan p = resolve_plan(cpu_config(overrides));
+    EXPECT_EQ(p.feeder.input_channels, 3);
+    EXPECT_EQ(p.feeder.input_dtype, at::kFloat);
+  }
+  const auto e = plan_error(cpu_config({"model.pad_input=\"on\""}));
+  EXPECT_NE(e.find("model.pad_input = \"on\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
+}
+
 // nvJPEG's own streams get hardware queues of their own (start.cpp says why); set before CUDA initialises, only
 // where the GPU decoder may run, and never over the user's value. Resolving a plan sets nothing: start() does.
 TEST(Plan, TheGpuDecoderAsksForThirtyTwoHardwareQueuesUnlessTheUserChoseANumber) {

@@ -1,15 +1,27 @@
 // The run folder's files: metric rows a resumed run has not reached are dropped, metrics.csv follows
-// metrics.jsonl, a torn line is cut, stale temp files are removed, bad_images.tsv lists each file once.
+// metrics.jsonl, a torn line is cut, pinfeed's own stale temp files are removed (a user's stay), bad_images.tsv
+// lists each file once, each start is recorded in run.json with its config beside the first, one process holds
+// a folder at a time, `--resume last` finds the run by its exact name, steps.jsonl carries each step's loss.
 #include <gtest/gtest.h>
 
+#include <ATen/ops/scalar_tensor.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <set>
+#include <sstream>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "app/run/run_files.h"
+#include <unistd.h>
+
 #include "app/run/metrics.h"
+#include "app/run/run_files.h"
+#include "app/run/run_lock.h"
 #include "app/run/run_outputs.h"
+#include "app/step/step_losses.h"
+#include "common/log.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -37,7 +49,7 @@ TEST(RunOutputs, ResumeDropsRowsOfEpochsTheCheckpointHasNotReached) {
   {
     RunOutputs out(c, dir);
     for (int64_t e = 1; e <= 3; ++e) out.epoch(row(e));
-    out.steps(2, {{0}, {1}, {2}});
+    out.steps(2, {StepRow{{0}}, StepRow{{1}}, StepRow{{2}}});
   }
   RunOutputs resumed(c, dir, ResumePoint{2, 1});  // epoch 3 (0-based 2) restarts after its first step
   EXPECT_EQ(text_of(fs::path(dir) / "metrics.jsonl"), row(1).dump() + "\n" + row(2).dump() + "\n");
@@ -66,13 +78,176 @@ TEST(RunFiles, OpeningAnAppendFileCutsATornLastLine) {
   EXPECT_EQ(text_of(file), "{\"a\":1}\n{\"a\":2}\n");
 }
 
-TEST(RunFiles, StaleTempFilesAreRemovedAndNothingElse) {
+TEST(RunFiles, OnlyTheTempFilesOfPinfeedsOwnWritesAreRemoved) {
   const std::string dir = test::fresh_dir("stale_tmp");
-  std::ofstream(dir + "/last.pt.tmp") << "x";
-  std::ofstream(dir + "/last.pt") << "y";
-  EXPECT_EQ(remove_stale_temp_files(dir), std::vector<std::string>{"last.pt.tmp"});
-  EXPECT_FALSE(fs::exists(dir + "/last.pt.tmp"));
-  EXPECT_TRUE(fs::exists(dir + "/last.pt"));
+  for (const char* name : {"last.pt.tmp", "metrics.csv.tmp", "config.resume-12.toml.tmp", "run.json.tmp",
+                           "download.tmp", "config.resume-x.toml.tmp", "last.pt", ".tmp"}) {
+    std::ofstream(dir + "/" + name) << "x";
+  }
+  std::vector<std::string> removed = remove_stale_temp_files(dir);
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{"config.resume-12.toml.tmp", "last.pt.tmp", "metrics.csv.tmp",
+                                               "run.json.tmp"}));
+  for (const char* kept : {"download.tmp", "config.resume-x.toml.tmp", "last.pt", ".tmp"}) {
+    EXPECT_TRUE(fs::exists(dir + "/" + kept)) << kept;
+  }
+}
+
+// A folder as a run of `name` leaves it: run.json naming the run, and (with a checkpoint) last.pt.
+void make_run(const fs::path& dir, const std::string& name, bool checkpoint = true) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "run.json") << nlohmann::json{{"format", 1}, {"name", name}, {"starts", nlohmann::json::array()}};
+  if (checkpoint) std::ofstream(dir / "last.pt") << "x";
+}
+
+TEST(RunFiles, ResumeLastFindsTheRunWithExactlyThatName) {
+  const fs::path runs = test::fresh_dir("find_last_exact");
+  make_run(runs / "20260101-120000-quick", "quick");
+  make_run(runs / "20260102-120000-other-quick", "other-quick");  // newer, and its folder name ends in -quick
+  make_run(runs / "20260103-120000-quick", "quick", /*checkpoint=*/false);  // nothing to resume
+  EXPECT_EQ(find_last_run(runs.string(), "quick"), (runs / "20260101-120000-quick").string());
+  EXPECT_EQ(find_last_run(runs.string(), "other-quick"), (runs / "20260102-120000-other-quick").string());
+  EXPECT_EQ(find_last_run(runs.string(), "other"), "");
+}
+
+TEST(RunFiles, ResumeLastOrdersFoldersOfOneSecondByTheirNumber) {
+  const fs::path runs = test::fresh_dir("find_last_suffix");
+  make_run(runs / "20260101-120000-q", "q");
+  make_run(runs / "20260101-120000-q-9", "q");
+  make_run(runs / "20260101-120000-q-10", "q");
+  EXPECT_EQ(find_last_run(runs.string(), "q"), (runs / "20260101-120000-q-10").string());
+}
+
+TEST(RunFiles, AnOlderPinfeedsFolderIsNamedByItsConfigToml) {
+  const fs::path runs = test::fresh_dir("find_last_legacy");
+  fs::create_directories(runs / "20260101-120000-x-quick");
+  std::ofstream(runs / "20260101-120000-x-quick" / "config.toml") << "[run]\nname = \"x-quick\"\n";
+  std::ofstream(runs / "20260101-120000-x-quick" / "last.pt") << "x";
+  EXPECT_EQ(run_name_of((runs / "20260101-120000-x-quick").string()), "x-quick");
+  EXPECT_EQ(find_last_run(runs.string(), "quick"), "");
+  EXPECT_EQ(find_last_run(runs.string(), "x-quick"), (runs / "20260101-120000-x-quick").string());
+}
+
+TEST(RunLock, ASecondWriterOfTheFolderIsRefusedNamingItAndTheHoldersPid) {
+  const std::string dir = test::fresh_dir("run_lock");
+  std::optional<RunLock> first(std::in_place, dir);
+  const std::string error = test::message_of<ConfigError>([&] { RunLock second(dir); });
+  EXPECT_NE(error.find("run folder " + dir + " is in use"), std::string::npos) << error;
+  EXPECT_NE(error.find("(pid " + std::to_string(::getpid()) + ")"), std::string::npos) << error;
+  EXPECT_FALSE(RunLock::try_take(dir));
+  first.reset();  // as the holder's end, however it ends: the kernel releases a flock with the descriptor
+  EXPECT_TRUE(RunLock::try_take(dir));
+}
+
+TEST(RunLock, AbandonedTempFilesAreRemovedOnlyWhereNoProcessWrites) {
+  const fs::path runs = test::fresh_dir("run_lock_orphans");
+  for (const char* run : {"a", "b"}) {
+    make_run(runs / run, run, /*checkpoint=*/false);
+    { RunLock taken((runs / run).string()); }  // a run that ran: it left its lock file
+    std::ofstream(runs / run / "last.pt.tmp") << "half a first checkpoint";
+    std::ofstream(runs / run / "notes.tmp") << "the user's";
+  }
+  const RunLock busy((runs / "b").string());  // b's writer is alive: its temp file is a write in progress
+  EXPECT_EQ(remove_abandoned_temp_files(runs.string()), std::vector<std::string>{(runs / "a" / "last.pt.tmp").string()});
+  EXPECT_FALSE(fs::exists(runs / "a" / "last.pt.tmp"));
+  EXPECT_TRUE(fs::exists(runs / "a" / "notes.tmp"));
+  EXPECT_TRUE(fs::exists(runs / "b" / "last.pt.tmp"));
+}
+
+TEST(RunOutputs, EachStartIsRecordedAndEachResumesConfigKeptBesideTheFirst) {
+  const std::string dir = test::fresh_dir("outputs_record");
+  Config first, later;
+  first.run.name = later.run.name = "rec";
+  later.train.epochs = 7;
+  { RunOutputs(first, dir); }
+  RunStart facts;
+  facts.checkpoint = dir + "/last.pt";
+  facts.resume_epoch = 2;
+  { RunOutputs(later, dir, ResumePoint{1, 0}, facts); }
+  { RunOutputs(later, dir, ResumePoint{1, 0}, facts); }
+  EXPECT_EQ(text_of(fs::path(dir) / "config.toml"), to_toml(first));
+  EXPECT_EQ(text_of(fs::path(dir) / "config.resume-1.toml"), to_toml(later));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "config.resume-2.toml"));
+  const nlohmann::json run = nlohmann::json::parse(text_of(fs::path(dir) / "run.json"));
+  EXPECT_EQ(run.at("name"), "rec");
+  ASSERT_EQ(run.at("starts").size(), 3u);
+  const nlohmann::json& start = run["starts"][0];
+  for (const char* key : {"time", "command", "host", "pinfeed_version", "git_commit", "libtorch", "cuda", "cudnn",
+                          "gpu", "driver", "device", "world_size"}) {
+    EXPECT_TRUE(start.contains(key)) << key;
+  }
+  EXPECT_EQ(start.at("config"), "config.toml");
+  EXPECT_TRUE(start.at("resumed_from").is_null());
+  EXPECT_EQ(run["starts"][1].at("config"), "config.resume-1.toml");
+  EXPECT_EQ(run["starts"][1].at("resumed_from").at("epoch"), 2);
+  EXPECT_FALSE(start.at("command").empty());
+  EXPECT_TRUE(is_run_folder(dir));
+}
+
+TEST(RunOutputs, StepRowsNumberEpochsFromOneAndCarryLossAndLr) {
+  const std::string dir = test::fresh_dir("outputs_steps");
+  Config c;
+  c.run.log_steps = true;
+  {
+    RunOutputs out(c, dir);
+    out.steps(0, {StepRow{{0}, 2.5, 0.1}, StepRow{{1}, NAN, 0.1}});
+  }
+  std::istringstream lines(text_of(fs::path(dir) / "steps.jsonl"));
+  std::string line;
+  std::getline(lines, line);
+  const nlohmann::json first = nlohmann::json::parse(line);
+  EXPECT_EQ(first.at("epoch"), 1);
+  EXPECT_EQ(first.at("step"), 0);
+  EXPECT_EQ(first.at("loss"), 2.5);
+  EXPECT_EQ(first.at("lr"), 0.1);
+  std::set<std::string> named, written;
+  for (const Metric& m : kStepMetrics) named.insert(m.name);
+  for (const auto& item : first.items()) written.insert(item.key());
+  EXPECT_EQ(written, named);
+  std::getline(lines, line);
+  EXPECT_TRUE(nlohmann::json::parse(line).at("loss").is_null()) << "a loss that is not a number is null";
+}
+
+TEST(RunOutputs, AnOlderPinfeedsStepRowsAreRenumberedFromOneOnResume) {
+  const std::string dir = test::fresh_dir("outputs_steps_legacy");
+  std::ofstream(fs::path(dir) / "config.toml") << "";
+  std::ofstream(fs::path(dir) / "steps.jsonl") << "{\"epoch\":0,\"step\":0}\n{\"epoch\":1,\"step\":0}\n"
+                                                  "{\"epoch\":1,\"step\":1}\n";
+  Config c;
+  c.run.log_steps = true;
+  RunOutputs resumed(c, dir, ResumePoint{1, 1});  // epoch 2 (0-based 1) continues after its first step
+  EXPECT_EQ(text_of(fs::path(dir) / "steps.jsonl"), "{\"epoch\":1,\"step\":0}\n{\"epoch\":2,\"step\":0}\n");
+}
+
+TEST(StepLosses, EachRecordGetsItsStepsLossAndLr) {
+  StepLosses losses(c10::Device(c10::kCPU), std::nullopt);
+  losses.start_epoch(4, 1);  // a resumed epoch: steps 1..3
+  losses.add(1, at::scalar_tensor(1.5), 0.1);
+  losses.add(2, at::scalar_tensor(2.5), 0.2);
+  pipeline::StepRecord r1, r2;
+  r1.step = 1;
+  r2.step = 2;
+  const std::vector<StepRow> rows = losses.join({r1, r2}, /*wait=*/true);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].loss, 1.5);
+  EXPECT_EQ(rows[1].lr, 0.2);
+}
+
+TEST(Log, TeeKeepsEveryPrintedLineInTheFile) {
+  const std::string file = test::fresh_dir("log_tee") + "/run.log";
+  ASSERT_TRUE(log::tee(file));
+  log::info("first line");
+  log::warn("second line");
+  log::status("a progress line redrawn", /*redraw=*/true);
+  log::error("third line");
+  log::tee("");
+  log::info("after the tee");
+  const std::string text = text_of(file);
+  EXPECT_NE(text.find("first line\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("warning: second line\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("error: third line\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("redrawn"), std::string::npos) << text;
+  EXPECT_EQ(text.find("after the tee"), std::string::npos) << text;
 }
 
 TEST(RunOutputs, BadImagesAreListedOnceAcrossAResumeWithTabsAndNewlinesEscaped) {

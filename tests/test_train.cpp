@@ -48,6 +48,22 @@ TEST(Train, ShortCpuRunLowersTheLossAndWritesItsRun) {
   EXPECT_EQ(ck.epoch, 4);
 }
 
+// A learning rate that blows the weights up: the run stops with Diverged and last.pt keeps the last good epoch.
+TEST(Train, DivergenceStopsTheRunAndKeepsTheLastGoodCheckpoint) {
+  StopRequest stop;
+  const std::string root = test::make_dataset("train_diverge", 2, 16, 2, 32);
+  const std::string runs = test::fresh_dir("train_diverge_runs");
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
+  const std::string last = (std::filesystem::path(first.run_dir) / "last.pt").string();
+  const auto written = std::filesystem::last_write_time(last);
+  Config wild = tiny_config(root, runs, 3);
+  wild.train.lr = 1e30;
+  const std::string message = test::message_of<Diverged>([&] { train(resolve_plan(wild), {"last"}, stop); });
+  EXPECT_NE(message.find("is no longer finite at epoch 2"), std::string::npos) << message;
+  EXPECT_EQ(std::filesystem::last_write_time(last), written);
+  EXPECT_EQ(load_checkpoint(last).epoch, 1);
+}
+
 TEST(Train, ResumeContinuesFromTheCheckpoint) {
   StopRequest stop;
   const std::string root = test::make_dataset("train_resume", 2, 16, 2, 32);

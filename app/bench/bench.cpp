@@ -18,6 +18,7 @@
 #include "app/config/config.h"
 #include "app/config/exit_codes.h"
 #include "app/config/format.h"
+#include "app/config/suggest.h"
 #include "app/dist/distributed.h"
 #include "app/plan/datasets.h"
 #include "app/plan/plan.h"
@@ -27,6 +28,7 @@
 #include "app/step/step_runner.h"
 #include "app/step/step_trace.h"
 #include "common/log.h"
+#include "data/image_folder.h"
 
 namespace pinfeed::app {
 namespace fs = std::filesystem;
@@ -66,8 +68,10 @@ std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
     const pipeline::ModePreset* preset =
         pipeline::find_preset(row.kind == RowKind::kFeeder ? name : row.gpu_feed ? "dual_stream" : "pageable");
     if (!preset) {
-      throw ConfigError("--modes: unknown mode '" + name + "' (" + pipeline::preset_names() + " | " +
-                        kGpuResidentRow + " | " + kLoaderOnlyRow + ")");
+      std::vector<std::string> known = {kGpuResidentRow, kLoaderOnlyRow};
+      for (const auto& p : pipeline::mode_presets()) known.push_back(p.name);
+      throw ConfigError("--modes: unknown mode '" + data::printable(name) + "'" + did_you_mean(name, known) + " (" +
+                        pipeline::preset_names() + " | " + kGpuResidentRow + " | " + kLoaderOnlyRow + ")");
     }
     try {
       row.plan = with_mode(plan, *preset);  // the same device checks as train
@@ -113,6 +117,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   loader.stop_requested = stop_after_grace(stop);
   if (row.kind == RowKind::kLoaderOnly && !row.gpu_feed) {
     LoaderOnly source(sets.train, loader);
+    *workers = source.workers();  // a bench of loader_only alone reports its threads too
     pipeline::StepMeter wall_clock(std::nullopt);
     return sample_of(run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
                      kLoaderOnlyRow);
@@ -216,11 +221,13 @@ std::optional<StepRange> trace_steps_of(const BenchArgs& a) {
 
 void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("--config,-c", a.start.config, "TOML config (data, model, batch size, precision)")->required();
-  cmd.add_option("--modes", a.modes, "comma-separated rows: presets, gpu_resident, loader_only")->delimiter(',');
+  cmd.add_option("--modes", a.modes, "comma-separated rows: presets, gpu_resident, loader_only (default: all)")
+      ->delimiter(',')
+      ->allow_extra_args(false);  // one word after --modes: a key=value after it is an override, not a mode
   cmd.add_option("--repeats", a.repeats, "repeats per mode (interleaved)")->check(CLI::Range(1, 100));
   cmd.add_option("--warmup", a.warmup, "warm-up steps per repeat, excluded")->check(CLI::Range(0, 100000));
   cmd.add_option("--steps", a.steps, "timed steps per repeat")->check(CLI::Range(1, 1000000));
-  cmd.add_option("--out", a.out, "output folder (table.md, bench.csv, bench.json)");
+  cmd.add_option("--out", a.out, "output folder (table.md, bench.csv, bench.json); default: <run.dir>/<time>-bench");
   cmd.add_option("--reference", a.reference,
                  "JSON from scripts/reference_pytorch.py or reference_dali.py to show alongside; repeatable, each "
                  "file checked before the rows run")
@@ -278,7 +285,7 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
       }
       const BenchSample s = run_row(row, sets, runner, dist, stop, a, trace.get(), &workers);
       log::info("  " + row.name + ": " + fixed(s.samples_per_s, 1) + " samples/s, wait p50 " + fixed(s.wait_p50, 3) +
-                " ms, GPU idle " + fixed(100 * s.gpu_idle, 1) + "%" +
+                " ms, GPU idle " + percent(s.gpu_idle, 1) +
                 (dist.active() && dist.is_main() ? "; all ranks " + fixed(s.total_samples_per_s, 1) + " samples/s" : ""));
       results[row.name].push_back(s);
       ++done;
@@ -305,6 +312,10 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   write_file_atomic((fs::path(out_dir) / "bench.json").string(), doc.dump(2) + "\n");
   write_file_atomic((fs::path(out_dir) / "table.md").string(), table);
   write_file_atomic((fs::path(out_dir) / "bench.csv").string(), render_csv(table_rows));
+  log::info("bench on " + plan.device.str() + ": " + count_of(workers, "worker") + ", batch " +
+            std::to_string(plan.config.train.batch_size) + ", " + plan.config.train.precision + ", " +
+            count_of(a.repeats, "repeat") + " of " + count_of(a.steps, "timed step") +
+            (dist.active() ? ", " + count_of(dist.world(), "rank") : ""));
   std::printf("%s\nwritten to %s\n", table.c_str(), out_dir.c_str());
   return stop.requested() ? kExitInterrupted : kExitOk;
 }

@@ -74,8 +74,9 @@ std::string render_table(const json& rows, int world) {
   double pageable = NAN, resident = NAN;
   for (const auto& r : rows) {
     if (r["implementation"] != "pinfeed" || r.contains("variant")) continue;  // this run's rows, not a reference's
-    if (r["mode"] == "pageable") pageable = r["samples_per_s_median"].get<double>();
-    if (r["mode"] == kGpuResidentRow) resident = r["samples_per_s_median"].get<double>();
+    const json& median_rate = r["samples_per_s_median"];  // null: no repeat of the row finished
+    if (r["mode"] == "pageable" && median_rate.is_number()) pageable = median_rate.get<double>();
+    if (r["mode"] == kGpuResidentRow && median_rate.is_number()) resident = median_rate.get<double>();
   }
   std::ostringstream t;
   const bool ranks = world > 1;
@@ -91,13 +92,23 @@ std::string render_table(const json& rows, int world) {
       lo = std::min(lo, x.get<double>());
       hi = std::max(hi, x.get<double>());
     }
-    const bool framing = r["mode"] == kLoaderOnlyRow || r["mode"] == kGpuResidentRow;
-    t << "| " << label_of(r) << " | " << r["mode"].get<std::string>() << " | "
-      << fixed(get(r["wait_ms_p50_median"]), 2) << " / " << fixed(get(r["wait_ms_mean_median"]), 2) << " | "
-      << fixed(100 * get(r["gpu_idle_median"]), 1) << " | " << fixed(get(r["h2d_ms_median"]), 2) << " | "
-      << fixed(med, 0) << " [" << fixed(lo, 0) << "-" << fixed(hi, 0) << "] | "
-      << (framing ? std::string("") : fixed(med / pageable, 2) + "x") << " | "
-      << (r["mode"] == kLoaderOnlyRow ? std::string("") : fixed(100 * med / resident, 1) + "%") << " |";
+    // Every cell reads as a value or "n/a": no unit after a missing figure, no range of none.
+    const double wait_p50 = get(r["wait_ms_p50_median"]), wait_mean = get(r["wait_ms_mean_median"]);
+    const std::string wait = std::isnan(wait_p50) && std::isnan(wait_mean)
+                                 ? "n/a" : fixed(wait_p50, 2) + " / " + fixed(wait_mean, 2);
+    const std::string rate = std::isnan(med) ? "n/a"
+                             : std::isfinite(lo) ? fixed(med, 0) + " [" + fixed(lo, 0) + "-" + fixed(hi, 0) + "]"
+                                                 : fixed(med, 0);
+    const std::string mode = r["mode"].get<std::string>();
+    const bool framing = mode == kLoaderOnlyRow || mode == kGpuResidentRow;
+    // A mode that fell back (pinned memory over its budget runs pageable) says so in its own cell.
+    const json ran = r.value("mode_ran", json());
+    const std::string mode_cell = !framing && ran.is_string() && ran.get<std::string>() != mode
+                                      ? mode + " (ran " + ran.get<std::string>() + ")" : mode;
+    t << "| " << label_of(r) << " | " << mode_cell << " | " << wait << " | " << fixed(100 * get(r["gpu_idle_median"]), 1)
+      << " | " << fixed(get(r["h2d_ms_median"]), 2) << " | " << rate << " | "
+      << (framing ? std::string("") : times(med / pageable, 2)) << " | "
+      << (mode == kLoaderOnlyRow ? std::string("") : percent(med / resident, 1)) << " |";
     if (ranks) {
       double rank_lo = INFINITY, rank_hi = -INFINITY;
       if (r.contains("per_rank_samples_per_s")) {
@@ -109,8 +120,8 @@ std::string render_table(const json& rows, int world) {
           }
         }
       }
-      t << " " << (r.contains("total_samples_per_s_median") ? fixed(get(r["total_samples_per_s_median"]), 0) : "")
-        << " | " << (std::isfinite(rank_lo) ? fixed(rank_lo, 0) + "-" + fixed(rank_hi, 0) : "") << " |";
+      t << " " << (r.contains("total_samples_per_s_median") ? fixed(get(r["total_samples_per_s_median"]), 0) : "n/a")
+        << " | " << (std::isfinite(rank_lo) ? fixed(rank_lo, 0) + "-" + fixed(rank_hi, 0) : "n/a") << " |";
     }
     t << "\n";
   }

@@ -33,6 +33,7 @@ class LoaderOnly : public pipeline::BatchSource {
   void start_epoch(int64_t epoch, int64_t first_batch) override;
   std::optional<pipeline::DeviceBatch> next() override;
   int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+  int workers() const { return loader_->workers(); }
 
  private:
   std::unique_ptr<pipeline::HostRing> ring_;

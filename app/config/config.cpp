@@ -17,9 +17,13 @@
 
 #include <toml++/toml.h>
 
+#include "app/config/suggest.h"
+#include "data/image_folder.h"
+
 namespace pinfeed::app {
 namespace {
 
+using data::printable;
 using Value = std::variant<bool, int64_t, double, std::string>;
 enum class Type { kBool, kInt, kFloat, kString };
 
@@ -112,28 +116,20 @@ std::function<std::string(const std::string&)> one_of(std::vector<std::string> c
       if (v == c) return std::string();
       all += (all.empty() ? "\"" : " | \"") + c + "\"";
     }
-    return "must be one of " + all + ", got \"" + v + "\"";
+    return "must be one of " + all + ", got \"" + printable(v) + "\"" + did_you_mean(v, choices);
   };
 }
 
 std::string check_device(const std::string& v) {
   static const std::regex re("auto|cpu|cuda(:[0-9]+)?");
-  return std::regex_match(v, re) ? "" : "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + v + "\"";
+  return std::regex_match(v, re) ? "" : "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + printable(v) + "\"";
 }
 
-// A name as it would appear in a message: control characters escaped, so a newline cannot forge a log line.
-std::string printable(const std::string& v) {
-  std::string out;
-  for (const unsigned char ch : v) {
-    if (ch < 0x20 || ch == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
-      out += hex;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out;
+// A path key: any bytes a file name may hold but control characters. A newline or an escape sequence in a folder
+// name is far likelier a paste accident than a real folder, and every message naming the path would carry it.
+std::string check_path(const std::string& v) {
+  if (std::none_of(v.begin(), v.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; })) return "";
+  return "must not hold control characters, got \"" + printable(v) + "\"";
 }
 
 // The run folder is <run.dir>/<timestamp>-<name>: a name with '/' or ".." would put it (and every checkpoint)
@@ -161,7 +157,7 @@ std::string check_step_range(const std::string& v) {
 
 std::string check_mode(const std::string& v) {
   if (v.empty() || pipeline::find_preset(v)) return "";
-  return "must be one of " + pipeline::preset_names() + ", got \"" + v + "\"";
+  return "must be one of " + pipeline::preset_names() + ", got \"" + printable(v) + "\"";
 }
 
 // Upper limits of the keys that size memory or threads. The plan (app/plan/plan.cpp) checks the sizes they combine
@@ -179,9 +175,9 @@ constexpr int64_t kMaxTimeoutS = 7 * 24 * 3600;  // a week; c10d converts to mil
 const std::vector<Key>& keys() {
   using C = Config;
   static const std::vector<Key> table = {
-      key("data.root", &C::data, &DataConfig::root, "ImageFolder root holding <train_split>/ and <val_split>/; ~/ expands"),
-      key("data.train_split", &C::data, &DataConfig::train_split, "training split folder under root"),
-      key("data.val_split", &C::data, &DataConfig::val_split, "validation split folder under root"),
+      key("data.root", &C::data, &DataConfig::root, "ImageFolder root holding <train_split>/ and <val_split>/; ~/ expands", check_path),
+      key("data.train_split", &C::data, &DataConfig::train_split, "training split folder under root", check_path),
+      key("data.val_split", &C::data, &DataConfig::val_split, "validation split folder under root", check_path),
       key("data.image_size", &C::data, &DataConfig::image_size, "side of the square crop fed to the model, px", between(16, kMaxImageSize)),
       key("data.val_resize_ratio", &C::data, &DataConfig::val_resize_ratio, "val: resize shorter side to image_size/ratio, centre crop", in_range(0.1, 1.0, false)),
       key("data.scale_min", &C::data, &DataConfig::scale_min, "RandomResizedCrop smallest area fraction", in_range(0.001, 1.0, false)),
@@ -200,6 +196,7 @@ const std::vector<Key>& keys() {
       key("model.num_classes", &C::model, &ModelConfig::num_classes, "classifier outputs; 0 = number of class folders", between(0, kMaxClasses)),
       key("model.zero_init_residual", &C::model, &ModelConfig::zero_init_residual, "zero-init each block's last BN (Goyal et al. 2017)"),
       key("model.max_pool", &C::model, &ModelConfig::max_pool, "the stem's max pool in training: auto (pinfeed's on CUDA + channels_last, else ATen's) | pinfeed (its own kernels: one-byte argmax, gathering backward; the same values as ATen's, 5% faster step) | aten", one_of({"auto", "pinfeed", "aten"})),
+      key("model.pad_input", &C::model, &ModelConfig::pad_input, "the model's input made fp16 with a zero fourth channel on the GPU (the 7x7 stem convolution runs faster on 4 channels than on 3): auto (on for CUDA + channels_last + fp16 + uint8 pixels) | on | off", one_of({"auto", "on", "off"})),
       key("model.fused_bn", &C::model, &ModelConfig::fused_bn, "BN, BN + ReLU and BN + add + ReLU as one cuDNN op each in training: auto (on for CUDA + channels_last + bf16/fp16) | on | off (ATen's separate ops)", one_of({"auto", "on", "off"})),
       key("train.epochs", &C::train, &TrainConfig::epochs, "epochs to train", between(1, 1'000'000)),
       key("train.batch_size", &C::train, &TrainConfig::batch_size, "samples per step (per rank)", between(1, kMaxBatchSize)),
@@ -222,6 +219,7 @@ const std::vector<Key>& keys() {
       key("train.device", &C::train, &TrainConfig::device, "auto (CUDA if present) | cpu | cuda | cuda:N", check_device),
       key("train.max_steps_per_epoch", &C::train, &TrainConfig::max_steps_per_epoch, "cap on steps per epoch; 0 = whole epoch", at_least<int64_t>(0)),
       key("train.eval", &C::train, &TrainConfig::eval, "evaluate on the val split after each epoch"),
+      key("train.init_from", &C::train, &TrainConfig::init_from, "a new run starts from the weights of this pinfeed checkpoint or torch.save(model.state_dict()) file (not its optimizer or epoch); another number of classes re-initialises fc; ~/ expands; \"\" = none"),
       key("pipeline.mode", &C::pipeline, &PipelineConfig::mode, "preset: " + pipeline::preset_names() + "; sets the three flags below", check_mode),
       key("pipeline.pin_memory", &C::pipeline, &PipelineConfig::pin_memory, "workers write batches into page-locked buffers"),
       key("pipeline.non_blocking", &C::pipeline, &PipelineConfig::non_blocking, "asynchronous host-to-device copies"),
@@ -235,7 +233,7 @@ const std::vector<Key>& keys() {
       key("dist.overlap", &C::dist, &DistConfig::overlap, "several ranks: all-reduce each bucket during backward; false: after backward"),
       key("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "several ranks: bound on joining the group and on every collective, s", between(1, kMaxTimeoutS)),
       key("run.name", &C::run, &RunConfig::name, "run directory is <dir>/<timestamp>-<name>; a plain folder name (no '/', no '..')", check_run_name),
-      key("run.dir", &C::run, &RunConfig::dir, "where run directories go"),
+      key("run.dir", &C::run, &RunConfig::dir, "where run directories go", check_path),
       key("run.log_steps", &C::run, &RunConfig::log_steps, "write per-step figures to steps.jsonl"),
       key("run.trace_steps", &C::run, &RunConfig::trace_steps, "\"A-B\": a Kineto trace of global steps A to B (from 0, within one epoch) into trace_steps_A-B.json, for Perfetto; \"\" = off", check_step_range),
       key("run.checkpoint_every", &C::run, &RunConfig::checkpoint_every, "epochs between checkpoints", between(1, 1'000'000)),
@@ -249,6 +247,23 @@ const Key* find_key(const std::string& name) {
     if (k.name == name) return &k;
   }
   return nullptr;
+}
+
+constexpr const char* kSections[] = {"data", "model", "train", "pipeline", "dist", "run"};
+
+// "unknown key 'x'" with the key most likely meant: the same key name in its right section (epochs, data.lr),
+// else the nearest key by edit distance (train.learning_rte).
+std::string unknown_key(const std::string& name) {
+  const auto dot = name.find('.');
+  const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+  std::vector<std::string> names;
+  std::string same_leaf;
+  for (const auto& k : keys()) {
+    names.push_back(k.name);
+    if (k.name.substr(k.name.find('.') + 1) == leaf) same_leaf = k.name;
+  }
+  const std::string hint = !same_leaf.empty() ? "; did you mean '" + same_leaf + "'?" : did_you_mean(name, names);
+  return "unknown key '" + printable(name) + "'" + hint + " (pinfeed help config lists every key)";
 }
 
 std::string where(const std::string& source, const toml::source_region& r) {
@@ -286,10 +301,36 @@ const char* node_type_name(const toml::node& n) {
   }
 }
 
-void set_key(Config& c, const Key& k, const toml::node& node, const std::string& location) {
+// What a key of this type takes, as the error says it.
+const char* expected_value(Type t) {
+  switch (t) {
+    case Type::kBool: return "true or false";
+    case Type::kInt: return "an integer";
+    case Type::kFloat: return "a number";
+    default: return "a string";
+  }
+}
+
+// A TOML value as an error quotes it: strings in quotes, escaped; tables and arrays by kind.
+std::string shown_value(const toml::node& n) {
+  if (const auto* s = n.as_string()) return "\"" + printable(s->get()) + "\"";
+  if (n.is_table()) return "a table";
+  if (n.is_array()) return "an array";
+  std::ostringstream out;
+  if (n.is_integer()) out << n.as_integer()->get();
+  else if (n.is_floating_point()) out << n.as_floating_point()->get();
+  else if (n.is_boolean()) out << (n.as_boolean()->get() ? "true" : "false");
+  else return std::string("a ") + node_type_name(n);
+  return out.str();
+}
+
+// `as_typed`: the value as the user wrote it, quoted in a type error ("" = show the TOML value).
+void set_key(Config& c, const Key& k, const toml::node& node, const std::string& location,
+             const std::string& as_typed = "") {
   Value v;
   if (!read_value(node, k.type, &v)) {
-    throw ConfigError(location + ": " + k.name + " must be a " + type_name(k.type) + ", got a " + node_type_name(node));
+    throw ConfigError(location + ": " + k.name + ": expected " + expected_value(k.type) + ", got " +
+                      (as_typed.empty() ? shown_value(node) : "'" + printable(as_typed) + "'"));
   }
   if (auto problem = k.check(v); !problem.empty()) throw ConfigError(location + ": " + k.name + " " + problem);
   k.set(c, v);
@@ -301,17 +342,19 @@ void apply_table(Config& c, const toml::table& root, const std::string& source) 
     const std::string sname(section.str());
     const auto* table = node.as_table();
     if (!table) {
-      throw ConfigError(where(source, section.source()) + ": '" + sname +
+      throw ConfigError(where(source, section.source()) + ": '" + printable(sname) +
                         "' must be a section: [data] [model] [train] [pipeline] [dist] [run]");
     }
     for (auto&& [name, value] : *table) {
       const std::string full = sname + "." + std::string(name.str());
       const Key* k = find_key(full);
       if (!k) {
-        const bool known_section = sname == "data" || sname == "model" || sname == "train" || sname == "pipeline" ||
-                                   sname == "dist" || sname == "run";
-        throw ConfigError(where(source, name.source()) + ": unknown " + (known_section ? "key '" + full + "'" : "section [" + sname + "]") +
-                          " (pinfeed help config lists every key)");
+        const std::vector<std::string> sections(std::begin(kSections), std::end(kSections));
+        const bool known_section = std::find(sections.begin(), sections.end(), sname) != sections.end();
+        throw ConfigError(where(source, name.source()) + ": " +
+                          (known_section ? unknown_key(full)
+                                         : "unknown section [" + printable(sname) + "]" + did_you_mean(sname, sections) +
+                                               " (pinfeed help config lists every key)"));
       }
       set_key(c, *k, value, where(source, value.source()));
     }
@@ -341,7 +384,7 @@ std::optional<StepRange> parse_step_range(const std::string& text) {
   if (r.last < r.first) throw std::invalid_argument(expected);
   if (r.size() > kMaxTraceSteps) {
     throw std::invalid_argument("must span at most " + std::to_string(kMaxTraceSteps) + " steps (a megabyte or two of trace each), got \"" +
-                                text + "\" (" + std::to_string(r.size()) + " steps)");
+                                printable(text) + "\" (" + std::to_string(r.size()) + " steps)");
   }
   return r;
 }
@@ -359,29 +402,31 @@ std::string expand_user(const std::string& path) {
 }
 
 void apply_override(Config& c, const std::string& assignment) {
-  const std::string source = "override '" + assignment + "'";
+  const std::string source = "override '" + printable(assignment) + "'";
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw ConfigError(source + ":1:1: expected section.key=value");
   }
   const std::string name = assignment.substr(0, eq);
   const Key* k = find_key(name);
-  if (!k) throw ConfigError(source + ":1:1: unknown key '" + name + "' (pinfeed help config lists every key)");
+  if (!k) throw ConfigError(source + ":1:1: " + unknown_key(name));
   const std::string value = assignment.substr(eq + 1);
+  const std::string location = source + ":1:" + std::to_string(eq + 2);
   toml::table doc;
   try {
     doc = toml::parse("v = " + value, source);
   } catch (const toml::parse_error& e) {
+    // Not a TOML value: toml++'s own words ("could not determine value type") would not say which key or type.
     if (k->type != Type::kString) {
-      const auto col = std::max<int64_t>(1, static_cast<int64_t>(e.source().begin.column) - 4 + static_cast<int64_t>(eq) + 1);
-      throw ConfigError(source + ":1:" + std::to_string(col) + ": " + std::string(e.description()));
+      throw ConfigError(location + ": " + k->name + ": expected " + expected_value(k->type) + ", got '" +
+                        printable(value) + "'");
     }
     doc.insert("v", value);  // a bare word for a string key
   }
   // A string key takes a bare word as written even where TOML reads another type: run.name=true is the name
   // "true", data.root=nan the folder "nan".
   if (k->type == Type::kString && !doc.get("v")->is_string()) doc.insert_or_assign("v", value);
-  set_key(c, *k, *doc.get("v"), source + ":1:" + std::to_string(eq + 2));
+  set_key(c, *k, *doc.get("v"), location, value);
 }
 
 Config parse_config_string(const std::string& text, const std::string& source,

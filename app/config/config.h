@@ -48,6 +48,7 @@ struct ModelConfig {
   bool zero_init_residual = true;
   std::string fused_bn = "auto";  // auto | on | off: model/batch_norm.h in training (auto: CUDA, channels_last, bf16/fp16)
   std::string max_pool = "auto";  // auto | pinfeed | aten: the stem's max pool in training (pinfeed: model/max_pool.h)
+  std::string pad_input = "auto";  // auto | on | off: the input as fp16 RGB + a zero channel (model/resnet.h)
 };
 
 struct TrainConfig {
@@ -72,6 +73,7 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int64_t max_steps_per_epoch = 0;  // 0: the whole epoch
   bool eval = true;
+  std::string init_from;  // a new run starts from this file's weights (a checkpoint or a state dict); "" = none
 };
 
 struct PipelineConfig {

@@ -10,6 +10,7 @@ enum ExitCode : int {
   kExitData = 3,         // missing dataset, unreadable or corrupt image under on_bad_image = "fail"
   kExitOutput = 4,       // cannot write the run directory (disk full, permissions)
   kExitPeerFailed = 5,   // data-parallel run: another rank failed first (its error is named)
+  kExitDiverged = 6,     // the weights stopped being finite: stopped before any checkpoint could take them
   kExitInterrupted = 130,  // SIGINT/SIGTERM: stopped after saving a checkpoint (during start-up, or a second
                            // signal: at once, nothing saved)
 };

@@ -26,6 +26,21 @@ inline std::string fixed(double v, int digits) {
   return s.str();
 }
 
+// A fraction as a percentage, "12.3%"; "n/a" without the sign when it does not apply (NaN, or a ratio to 0).
+inline std::string percent(double fraction, int digits) {
+  return std::isfinite(fraction) ? fixed(100 * fraction, digits) + "%" : "n/a";
+}
+
+// A ratio, "1.02x"; "n/a" when either side is missing (NaN) or the base is 0.
+inline std::string times(double ratio, int digits) {
+  return std::isfinite(ratio) ? fixed(ratio, digits) + "x" : "n/a";
+}
+
+// "1 worker", "2 workers" (nouns whose plural adds an s).
+inline std::string count_of(long long n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 inline nlohmann::json num_or_null(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
 
 }  // namespace pinfeed::app

@@ -191,6 +191,23 @@ bool resolve_stem_max_pool(const Plan& p) {
                     "; set \"auto\" to fall back to ATen's");
 }
 
+// model.pad_input: the feeder writes the model's input as fp16 RGB and a zero fourth channel. It does so where
+// it normalises uint8 pixels on the GPU (transfer_dtype uint8 or the GPU decoder), and only fp16 gains from it
+// (cuDNN's bf16 stem is as slow with 4 channels as with 3).
+bool resolve_pad_input(const Plan& p) {
+  const Config& c = p.config;
+  if (c.model.pad_input == "off") return false;
+  const std::string missing =
+      own_op_missing(p, p.precision != Precision::kFp16 ? "train.precision = \"fp16\" (is \"" + c.train.precision + "\")"
+                        : p.pipeline.transfer_dtype != pipeline::TransferDtype::kUint8
+                            ? "pipeline.transfer_dtype = \"uint8\" or data.decoder = \"nvjpeg\""
+                            : "");
+  if (missing.empty()) return true;
+  if (c.model.pad_input == "auto") return false;
+  throw ConfigError(location_of(c, "model.pad_input") + ": model.pad_input = \"on\" needs " + missing +
+                    "; set \"auto\" to fall back to float32 RGB");
+}
+
 }  // namespace
 
 Plan resolve_plan(const Config& c, const DistEnv& dist) {
@@ -265,6 +282,10 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.feeder.device = p.device;
   p.feeder.compute_stream = p.compute_stream;
   p.feeder.channels_last = p.channels_last;
+  if (resolve_pad_input(p)) {
+    p.feeder.input_dtype = at::kHalf;
+    p.feeder.input_channels = 4;
+  }
   p.max_steps_ahead = static_cast<int>(c.pipeline.max_steps_ahead);
   p.warmup_steps = c.pipeline.warmup_steps;
   p.trace_steps = parse_step_range(c.run.trace_steps);  // checked with the key; the epochs it may span, by train

@@ -4,12 +4,17 @@
 #include <ATen/core/ivalue.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
+#include <ATen/ops/isfinite.h>
+
+#include <sstream>
 #include <stdexcept>
 
+#include "app/config/config.h"
 #include "app/run/run_files.h"
+#include "app/run/torch_file.h"
+#include "data/error.h"
 
 namespace pinfeed::app {
 namespace {
@@ -19,16 +24,130 @@ namespace {
 constexpr int64_t kFormatVersion = 2;
 constexpr int64_t kOldestFormat = 1;
 
-c10::impl::GenericDict tensor_dict(const std::map<std::string, at::Tensor>& tensors) {
+c10::impl::GenericDict tensor_dict_of(const std::map<std::string, at::Tensor>& tensors) {
   c10::impl::GenericDict d(c10::StringType::get(), c10::TensorType::get());
   for (const auto& [name, t] : tensors) d.insert(name, t.detach().to(c10::kCPU));  // CPU: loads anywhere
   return d;
 }
 
-std::map<std::string, at::Tensor> tensor_map(const c10::IValue& v) {
+[[noreturn]] void damaged(const std::string& path, const std::string& why) {
+  throw DataError(path + ": damaged checkpoint: " + why);
+}
+
+// d[key] as tensors by name (key "": d itself); every value must be a tensor.
+std::map<std::string, at::Tensor> tensor_map(const c10::impl::GenericDict& d, const std::string& path,
+                                             const std::string& key) {
+  c10::impl::GenericDict tensors = d;
+  if (!key.empty()) {
+    if (!d.contains(key) || !d.at(key).isGenericDict()) damaged(path, key + " is missing or not a dict of tensors");
+    tensors = d.at(key).toGenericDict();
+  }
   std::map<std::string, at::Tensor> out;
-  for (const auto& item : v.toGenericDict()) out[item.key().toStringRef()] = item.value().toTensor();
+  for (const auto& item : tensors) {
+    if (!item.key().isString() || !item.value().isTensor()) damaged(path, key + " holds something other than named tensors");
+    out[item.key().toStringRef()] = item.value().toTensor();
+  }
   return out;
+}
+
+// Weights that are NaN or infinite would evaluate, predict and train as garbage without a word.
+void check_finite(const std::map<std::string, at::Tensor>& tensors, const std::string& path, const std::string& key) {
+  for (const auto& [name, t] : tensors) {
+    if (t.is_floating_point() && !at::isfinite(t).all().item<bool>()) {
+      throw DataError(path + ": " + (key.empty() ? "" : key + ".") + name + " holds NaN or infinite values "
+                      "(saved from a diverged run?)");
+    }
+  }
+}
+
+int64_t int_at(const c10::impl::GenericDict& d, const std::string& path, const std::string& key, int64_t min) {
+  if (!d.contains(key) || !d.at(key).isInt()) damaged(path, key + " is missing or not an integer");
+  const int64_t v = d.at(key).toInt();
+  if (v < min) damaged(path, key + " = " + std::to_string(v) + " is impossible (at least " + std::to_string(min) + ")");
+  return v;
+}
+
+at::Tensor tensor_at(const c10::impl::GenericDict& d, const std::string& path, const std::string& key) {
+  if (!d.contains(key)) return {};
+  if (!d.at(key).isTensor()) damaged(path, key + " is not a tensor");
+  return d.at(key).toTensor();
+}
+
+// A state dict: tensors by name and nothing else (what torch.save(model.state_dict()) writes).
+bool is_state_dict(const c10::impl::GenericDict& d) {
+  if (d.size() == 0) return false;
+  for (const auto& item : d) {
+    if (!item.key().isString() || !item.value().isTensor()) return false;
+  }
+  return true;
+}
+
+c10::impl::GenericDict read_dict(const std::string& path) {
+  const c10::IValue v = parse_torch_file(read_torch_file(path), path);
+  if (!v.isGenericDict()) {
+    throw ConfigError(path + ": holds a " + v.tagKind() + ", not a pinfeed checkpoint or a state dict (a dict)");
+  }
+  return v.toGenericDict();
+}
+
+std::vector<std::string> classes_at(const c10::impl::GenericDict& d, const std::string& path) {
+  std::vector<std::string> out;
+  if (!d.contains("classes")) return out;
+  const c10::IValue& v = d.at("classes");
+  if (v.isString()) {  // one newline-joined string
+    std::string line;
+    for (std::istringstream in(v.toStringRef()); std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+  if (!v.isList()) damaged(path, "classes is neither a list of strings nor a string");
+  for (const c10::IValue& name : v.toListRef()) {
+    if (!name.isString()) damaged(path, "classes holds something other than strings");
+    out.push_back(name.toStringRef());
+  }
+  return out;
+}
+
+Checkpoint from_dict(const c10::impl::GenericDict& d, const std::string& path) {
+  const int64_t format = d.contains("format_version") && d.at("format_version").isInt() ? d.at("format_version").toInt() : 0;
+  if (format < kOldestFormat || format > kFormatVersion) {
+    std::string keys;
+    for (const auto& item : d) {
+      if (keys.size() > 60) break;
+      keys += (keys.empty() ? "" : ", ") + (item.key().isString() ? item.key().toStringRef() : std::string("?"));
+    }
+    throw ConfigError(path + ": not a pinfeed checkpoint of format " + std::to_string(kOldestFormat) + " to " +
+                      std::to_string(kFormatVersion) +
+                      (format > kFormatVersion ? " (format " + std::to_string(format) + ": a newer pinfeed wrote it)"
+                                               : " nor a state dict (tensors by name): a dict of " + keys));
+  }
+  Checkpoint c;
+  c.format_version = format;
+  c.model = tensor_map(d, path, "model");
+  c.optimizer = tensor_map(d, path, "optimizer");
+  check_finite(c.model, path, "model");
+  check_finite(c.optimizer, path, "optimizer");
+  c.epoch = int_at(d, path, "epoch", 0);
+  c.step_in_epoch = int_at(d, path, "step_in_epoch", 0);
+  c.global_step = int_at(d, path, "global_step", 0);
+  if (d.contains("world_size")) c.world_size = int_at(d, path, "world_size", 1);
+  if (format >= 2) {
+    c.batch_size = int_at(d, path, "batch_size", 0);
+    c.train_images = int_at(d, path, "train_images", 0);
+    c.steps_per_epoch = int_at(d, path, "steps_per_epoch", 0);
+    if (c.steps_per_epoch > 0 && c.step_in_epoch > c.steps_per_epoch) {
+      damaged(path, "step_in_epoch = " + std::to_string(c.step_in_epoch) + " is past steps_per_epoch = " +
+                        std::to_string(c.steps_per_epoch));
+    }
+  }
+  c.torch_rng = tensor_at(d, path, "torch_rng");
+  c.epoch_loss_sums = tensor_at(d, path, "epoch_loss_sums");
+  c.rank_buffers = tensor_at(d, path, "rank_buffers");
+  if (d.contains("loss_scaler")) c.loss_scaler = tensor_map(d, path, "loss_scaler");
+  c.classes = classes_at(d, path);
+  if (d.contains("best_val_top1") && d.at("best_val_top1").isDouble()) c.best_val_top1 = d.at("best_val_top1").toDouble();
+  if (!d.contains("config") || !d.at("config").isString()) damaged(path, "config is missing or not a string");
+  c.config = d.at("config").toStringRef();
+  return c;
 }
 
 // torch::jit::pickle_save, less the type tags. Its Pickler wraps every dict and list in
@@ -61,8 +180,8 @@ std::vector<char> pickle_untagged(const c10::IValue& value) {
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
   d.insert("format_version", kFormatVersion);
-  d.insert("model", tensor_dict(c.model));
-  d.insert("optimizer", tensor_dict(c.optimizer));
+  d.insert("model", tensor_dict_of(c.model));
+  d.insert("optimizer", tensor_dict_of(c.optimizer));
   d.insert("epoch", c.epoch);
   d.insert("step_in_epoch", c.step_in_epoch);
   d.insert("global_step", c.global_step);
@@ -73,47 +192,41 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   if (c.torch_rng.defined()) d.insert("torch_rng", c.torch_rng);
   if (c.epoch_loss_sums.defined()) d.insert("epoch_loss_sums", c.epoch_loss_sums.detach().cpu());
   if (c.rank_buffers.defined()) d.insert("rank_buffers", c.rank_buffers.detach().cpu());
-  if (!c.loss_scaler.empty()) d.insert("loss_scaler", tensor_dict(c.loss_scaler));
+  if (!c.loss_scaler.empty()) d.insert("loss_scaler", tensor_dict_of(c.loss_scaler));
+  if (!c.classes.empty()) {  // a list of strings: torch.load(weights_only=True) reads it as one
+    c10::impl::GenericList classes(c10::StringType::get());
+    for (const std::string& name : c.classes) classes.push_back(name);
+    d.insert("classes", classes);
+  }
+  if (!std::isnan(c.best_val_top1)) d.insert("best_val_top1", c.best_val_top1);
   d.insert("config", c.config);
   const std::vector<char> bytes = pickle_untagged(d);
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  const std::vector<char> bytes = read_file_bytes(path);
-  c10::IValue v;
-  try {
-    v = torch::jit::pickle_load(bytes);  // reads both formats: the unpickler knows restore_type_tag
-  } catch (const std::exception& e) {
-    throw std::runtime_error("cannot read checkpoint " + path + ": " + e.what());
+  const c10::impl::GenericDict d = read_dict(path);
+  if (is_state_dict(d)) {
+    throw ConfigError(path + ": a state dict (weights only, no training position), not a pinfeed checkpoint: to "
+                      "start a new run from its weights, set train.init_from = \"" + path + "\"");
   }
-  if (!v.isGenericDict()) throw std::runtime_error(path + " is not a pinfeed checkpoint");
-  const auto d = v.toGenericDict();
-  const int64_t format = d.contains("format_version") && d.at("format_version").isInt() ? d.at("format_version").toInt() : 0;
-  if (format < kOldestFormat || format > kFormatVersion) {
-    throw std::runtime_error(path + " is not a pinfeed checkpoint of format " + std::to_string(kOldestFormat) + " to " +
-                             std::to_string(kFormatVersion) +
-                             (format > kFormatVersion ? " (format " + std::to_string(format) + ": a newer pinfeed wrote it)" : ""));
+  return from_dict(d, path);
+}
+
+Weights load_weights(const std::string& path) {
+  const c10::impl::GenericDict d = read_dict(path);
+  Weights w;
+  if (is_state_dict(d)) {
+    w.model = tensor_map(d, path, "");
+    check_finite(w.model, path, "");
+    return w;
   }
-  Checkpoint c;
-  c.format_version = format;
-  c.model = tensor_map(d.at("model"));
-  c.optimizer = tensor_map(d.at("optimizer"));
-  c.epoch = d.at("epoch").toInt();
-  c.step_in_epoch = d.at("step_in_epoch").toInt();
-  c.global_step = d.at("global_step").toInt();
-  if (d.contains("world_size")) c.world_size = d.at("world_size").toInt();
-  if (format >= 2) {
-    c.batch_size = d.at("batch_size").toInt();
-    c.train_images = d.at("train_images").toInt();
-    c.steps_per_epoch = d.at("steps_per_epoch").toInt();
-  }
-  if (d.contains("torch_rng")) c.torch_rng = d.at("torch_rng").toTensor();
-  if (d.contains("epoch_loss_sums")) c.epoch_loss_sums = d.at("epoch_loss_sums").toTensor();
-  if (d.contains("rank_buffers")) c.rank_buffers = d.at("rank_buffers").toTensor();
-  if (d.contains("loss_scaler")) c.loss_scaler = tensor_map(d.at("loss_scaler"));
-  c.config = d.at("config").toStringRef();
-  return c;
+  Checkpoint c = from_dict(d, path);
+  w.model = std::move(c.model);
+  w.classes = std::move(c.classes);
+  w.config = std::move(c.config);
+  w.checkpoint = true;
+  return w;
 }
 
 }  // namespace pinfeed::app

@@ -4,9 +4,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace pinfeed::app {
 
@@ -31,12 +33,29 @@ struct Checkpoint {
   at::Tensor rank_buffers;     // (world, n) float32, several ranks: each rank's BN running statistics (its floating
                                // buffers in named_buffers() order, flattened); `model` holds their mean
   std::string config;    // resolved TOML
+  // Optional keys (an older file has none): the training folder's class names, label i = classes[i], so that
+  // predictions are named; and the best validation top-1 so far (best.pt: its own), NaN when none was measured.
+  std::vector<std::string> classes;
+  double best_val_top1 = NAN;
   int64_t format_version = 0;  // of the file read (load_checkpoint); save_checkpoint writes the newest
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);  // throws OutputError
 // Reads format 2 and format 1 (older pinfeed: no sizes above, and only LibTorch or torch.load(weights_only=False)
-// could read it). Throws std::runtime_error.
+// could read it), through read_torch_file's bounds (torch_file.h). Refuses non-finite weights and impossible
+// positions (a negative epoch or step, world_size < 1) naming the key. Throws ConfigError (missing file, not a
+// pinfeed checkpoint: a state dict is pointed to train.init_from) or DataError (truncated or damaged).
 Checkpoint load_checkpoint(const std::string& path);
+
+// The weights of a pinfeed checkpoint or of a state dict that Python wrote with torch.save(model.state_dict())
+// (torchvision's names), for evaluating, predicting and starting a new run from them.
+struct Weights {
+  std::map<std::string, at::Tensor> model;
+  std::vector<std::string> classes;  // empty when the file names none (a state dict)
+  std::string config;                // a checkpoint's resolved TOML; empty for a state dict
+  bool checkpoint = false;           // a pinfeed checkpoint, else a state dict
+};
+// Throws as load_checkpoint does.
+Weights load_weights(const std::string& path);
 
 }  // namespace pinfeed::app

@@ -1,5 +1,7 @@
-// The per-epoch metrics of a run (metrics.jsonl and metrics.csv), named and explained once: the CSV's columns,
-// `pinfeed help metrics` and the check that the trainer's rows carry exactly these come from this table.
+// The metrics of a run, named and explained once: per epoch (metrics.jsonl and metrics.csv: the CSV's columns,
+// `pinfeed help metrics` and the check that the trainer's rows carry exactly these come from kEpochMetrics) and
+// per step (steps.jsonl, with run.log_steps: kStepMetrics). Epochs are numbered from 1 in every file, steps
+// from 0 within their epoch. Accuracies are fractions in the files (0.671 = 67.1%); the log line shows percent.
 #pragma once
 
 namespace pinfeed::app {
@@ -12,12 +14,12 @@ struct Metric {
 // In column order. Figures that do not apply (GPU figures on the CPU) are null in JSON and empty in CSV, never 0.
 // Per-step figures are rank 0's unless the name says min/max (every rank's) or global.
 inline constexpr Metric kEpochMetrics[] = {
-    {"epoch", "epoch number, from 1"},
+    {"epoch", "epoch number, from 1 (as in steps.jsonl)"},
     {"lr", "learning rate of the epoch's last step"},
     {"train_loss", "mean training loss of the epoch's steps (label smoothing included)"},
     {"val_loss", "mean validation cross-entropy, without smoothing"},
-    {"val_top1", "validation top-1 accuracy, a fraction (0.671 = 67.1%)"},
-    {"val_top5", "validation top-5 accuracy, a fraction"},
+    {"val_top1", "validation top-1 accuracy, a fraction in [0, 1] (0.671 = 67.1%; the log line shows percent)"},
+    {"val_top5", "validation top-5 accuracy, a fraction in [0, 1] (as val_top1)"},
     {"samples_per_s", "training samples per second of this rank, warm-up steps excluded, synchronised wall time"},
     {"epoch_s", "wall time of the epoch, evaluation included, s"},
     {"steps", "timed steps of the epoch (warm-up excluded)"},
@@ -45,6 +47,22 @@ inline constexpr Metric kEpochMetrics[] = {
     {"gpu_idle_max", "largest rank's GPU idle fraction"},
     {"loss_scale", "fp16: the dynamic loss scale at the epoch's end (null otherwise)"},
     {"skipped_steps", "fp16: steps skipped for inf/NaN gradients so far"},
+};
+
+// steps.jsonl, one row per training step of rank 0 (run.log_steps = true). Written a few steps late: the loss
+// stays on the device until a batch of steps is copied at once, so that logging never makes the host wait.
+inline constexpr Metric kStepMetrics[] = {
+    {"epoch", "epoch number, from 1 (as in metrics.jsonl)"},
+    {"step", "step within the epoch, from 0"},
+    {"loss", "the step's training loss on rank 0's batch (label smoothing included; null if not finite)"},
+    {"lr", "learning rate the step used"},
+    {"samples", "samples in rank 0's batch"},
+    {"warmup", "true for the epoch's first steps, left out of the epoch's timing"},
+    {"wait_ms", "host time the training loop waited for the batch, ms"},
+    {"loader_ms", "part of the wait spent because the CPU pipeline had no batch ready, ms"},
+    {"ahead_ms", "time the host waited because it ran ahead of the GPU, ms (null on the CPU)"},
+    {"h2d_ms", "host-to-device copy time from CUDA events, ms (null on the CPU)"},
+    {"compute_ms", "the step on the compute stream, ms (CPU: wall time)"},
 };
 
 }  // namespace pinfeed::app

@@ -8,6 +8,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 
 #include "app/run/signals.h"
 
@@ -127,11 +131,30 @@ void AppendFile::append(const std::string& line, bool sync) {
   if (sync && ::fsync(::fileno(file_)) != 0) fail("sync", path_, errno);
 }
 
+bool is_pinfeed_temp_name(const std::string& name) {
+  static const char* const kWritten[] = {"last.pt", "best.pt", "config.toml", "run.json", "metrics.jsonl",
+                                         "metrics.csv", "steps.jsonl", "bad_images.tsv"};
+  const std::string suffix = ".tmp";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+  const std::string file = name.substr(0, name.size() - suffix.size());
+  for (const char* written : kWritten) {
+    if (file == written) return true;
+  }
+  // config.resume-<N>.toml: the config of each resume (run_outputs.h)
+  const std::string head = "config.resume-", tail = ".toml";
+  if (file.size() <= head.size() + tail.size() || file.compare(0, head.size(), head) != 0 ||
+      file.compare(file.size() - tail.size(), tail.size(), tail) != 0) {
+    return false;
+  }
+  const std::string n = file.substr(head.size(), file.size() - head.size() - tail.size());
+  return n.find_first_not_of("0123456789") == std::string::npos;
+}
+
 std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
   std::vector<std::string> removed;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() != ".tmp" || !entry.is_regular_file(ec)) continue;
+    if (!is_pinfeed_temp_name(entry.path().filename().string()) || !entry.is_regular_file(ec)) continue;
     if (fs::remove(entry.path(), ec)) removed.push_back(entry.path().filename().string());
   }
   return removed;
@@ -151,18 +174,48 @@ std::string make_run_dir(const std::string& dir, const std::string& name) {
   return path;
 }
 
-std::string find_last_run(const std::string& dir, const std::string& name) {
-  std::string best;
+std::string run_name_of(const std::string& run_dir) {
+  const fs::path dir(run_dir);
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string run = entry.path().filename().string();
-    const std::string suffix = "-" + name;
-    const bool named = run.size() > suffix.size() && run.compare(run.size() - suffix.size(), suffix.size(), suffix) == 0;
-    if (named && fs::exists(entry.path() / "last.pt") && run > fs::path(best).filename().string()) {
-      best = entry.path().string();
+  if (fs::is_regular_file(dir / "run.json", ec)) {
+    std::ifstream in(dir / "run.json");
+    const nlohmann::json record = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("name") && record["name"].is_string()) return record["name"];
+  }
+  if (fs::is_regular_file(dir / "config.toml", ec)) {
+    try {
+      const toml::table config = toml::parse_file((dir / "config.toml").string());
+      if (const auto name = config["run"]["name"].value<std::string>()) return *name;
+    } catch (const toml::parse_error&) {
+      // not a config pinfeed wrote: no name
     }
   }
-  return best;
+  return "";
+}
+
+std::string find_last_run(const std::string& dir, const std::string& name) {
+  // (time stamp, collision suffix): "20260101-120000-x-10" is newer than "20260101-120000-x-9".
+  std::tuple<std::string, int64_t, std::string> best;
+  std::string found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_directory(ec) || !fs::exists(entry.path() / "last.pt", ec)) continue;
+    if (run_name_of(entry.path().string()) != name) continue;
+    const std::string folder = entry.path().filename().string();
+    const std::string stem = folder.substr(0, std::min<size_t>(15, folder.size()));  // YYYYmmdd-HHMMSS
+    int64_t suffix = 1;
+    const std::string plain = stem + "-" + name;
+    if (folder.size() > plain.size() + 1 && folder.compare(0, plain.size() + 1, plain + "-") == 0) {
+      const std::string n = folder.substr(plain.size() + 1);
+      if (!n.empty() && n.size() < 9 && n.find_first_not_of("0123456789") == std::string::npos) suffix = std::stoll(n);
+    }
+    auto key = std::make_tuple(stem, suffix, folder);
+    if (found.empty() || key > best) {
+      best = std::move(key);
+      found = entry.path().string();
+    }
+  }
+  return found;
 }
 
 }  // namespace pinfeed::app

@@ -23,8 +23,12 @@ inline void write_file_atomic(const std::string& path, const std::string& text) 
 }
 std::vector<char> read_file_bytes(const std::string& path);
 
-// Removes the *.tmp files directly in dir (what a write_file_atomic cut short by kill -9 or a power loss
-// leaves: up to a whole checkpoint); returns their names.
+// Whether `name` is the temp file of a write_file_atomic of a file pinfeed writes in a run folder (last.pt.tmp,
+// metrics.csv.tmp, run.json.tmp, config.resume-2.toml.tmp, ...): what a write cut short by kill -9 or a power
+// loss leaves. Any other *.tmp is a user's file.
+bool is_pinfeed_temp_name(const std::string& name);
+// Removes those temp files directly in dir (up to a whole checkpoint each) and nothing else; returns their names.
+// Only the process holding the folder's RunLock may call it: another writer's temp file is not stale.
 std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 
 // Appends whole lines; each append is flushed and fsynced, so a crash or a full disk loses at most the
@@ -49,9 +53,13 @@ class AppendFile {
   std::FILE* file_ = nullptr;
 };
 
-// runs/<YYYYmmdd-HHMMSS>-<name>, created; throws OutputError.
+// runs/<YYYYmmdd-HHMMSS>-<name>, created (-2, -3, ... appended when that folder exists); throws OutputError.
 std::string make_run_dir(const std::string& dir, const std::string& name);
-// The newest run directory under dir whose name ends in -<name> and that holds last.pt, or "".
+// The run.name a run folder was started with: run.json's "name", else (a folder of an older pinfeed) the
+// [run] name of its config.toml; "" when neither says.
+std::string run_name_of(const std::string& run_dir);
+// The newest run folder under dir started with run.name exactly `name` that holds last.pt, or "". Newest: by
+// the time stamp that starts the folder's name, then its -2, -3 suffix.
 std::string find_last_run(const std::string& dir, const std::string& name);
 
 }  // namespace pinfeed::app

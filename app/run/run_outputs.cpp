@@ -63,13 +63,20 @@ void replace_if_changed(const std::string& path, const std::string& before, cons
 
 }  // namespace
 
-RunOutputs::RunOutputs(const Config& c, const std::string& dir, const std::optional<ResumePoint>& resumed)
+RunOutputs::RunOutputs(const Config& c, const std::string& dir, const std::optional<ResumePoint>& resumed,
+                       const RunStart& start)
     : dir_(dir) {
   for (const std::string& name : remove_stale_temp_files(dir)) {
     log::warn("removed " + path(name) + ": the temp file of a write cut short (kill -9, a second Ctrl-C, power loss)");
   }
-  write_file_atomic(path("config.toml"), to_toml(c));
-  if (resumed) keep_rows_reached(*resumed);
+  const bool legacy_steps = !std::filesystem::exists(path("run.json"));  // before this start writes it
+  // config.toml stays the first start's: a resume may change keys (train.epochs, ...), and each start's config
+  // is kept beside it, named in its run.json record.
+  config_file_ = "config.toml";
+  for (int n = 1; std::filesystem::exists(path(config_file_)); ++n) config_file_ = "config.resume-" + std::to_string(n) + ".toml";
+  write_file_atomic(path(config_file_), to_toml(c));
+  append_start_record(dir, c.run.name, start_record(start, config_file_));
+  if (resumed) keep_rows_reached(*resumed, legacy_steps);
   jsonl_ = AppendFile(path("metrics.jsonl"));
   csv_ = AppendFile(path("metrics.csv"));
   if (c.run.log_steps) steps_ = AppendFile(path("steps.jsonl"));
@@ -83,7 +90,7 @@ RunOutputs::RunOutputs(const Config& c, const std::string& dir, const std::optio
   if (bad_.empty()) bad_.append("path\treason");
 }
 
-void RunOutputs::keep_rows_reached(const ResumePoint& at) {
+void RunOutputs::keep_rows_reached(const ResumePoint& at, bool legacy_steps) {
   // Epoch rows carry the 1-based number of the epoch they close: the checkpoint has reached rows 1..at.epoch.
   // The last row of an epoch wins, should an older pinfeed have written one twice.
   const std::string jsonl_before = read_text(path("metrics.jsonl"));
@@ -109,13 +116,15 @@ void RunOutputs::keep_rows_reached(const ResumePoint& at) {
               "those epochs run again");
   }
 
-  // Step rows carry the 0-based epoch and step: the checkpoint has reached those before (at.epoch, at.step).
+  // Step rows carry the 1-based epoch and the 0-based step in it: the checkpoint has reached those before
+  // (at.epoch + 1, at.step). An older pinfeed numbered their epochs from 0: renumbered here, once.
   const std::string steps_before = read_text(path("steps.jsonl"));
   if (steps_before.empty()) return;
   std::string steps;
-  for (const auto& [line, row] : json_rows(steps_before, {"epoch", "step"})) {
-    const int64_t epoch = row["epoch"].get<int64_t>(), step = row["step"].get<int64_t>();
-    if (epoch < at.epoch || (epoch == at.epoch && step < at.step_in_epoch)) steps += line + "\n";
+  for (auto& [line, row] : json_rows(steps_before, {"epoch", "step"})) {
+    if (legacy_steps) row["epoch"] = row["epoch"].get<int64_t>() + 1;
+    const int64_t epoch = row["epoch"].get<int64_t>() - 1, step = row["step"].get<int64_t>();
+    if (epoch < at.epoch || (epoch == at.epoch && step < at.step_in_epoch)) steps += (legacy_steps ? row.dump() : line) + "\n";
   }
   replace_if_changed(path("steps.jsonl"), steps_before, steps);
 }
@@ -127,10 +136,12 @@ void RunOutputs::epoch(const nlohmann::json& row) {
   csv_.append(csv_line(row));
 }
 
-void RunOutputs::steps(int64_t epoch, const std::vector<pipeline::StepRecord>& records) {
+void RunOutputs::steps(int64_t epoch, const std::vector<StepRow>& rows) {
   if (!steps_.is_open()) return;
-  for (const auto& r : records) {
-    steps_.append(nlohmann::json{{"epoch", epoch}, {"step", r.step}, {"samples", r.samples}, {"warmup", r.warmup},
+  for (const StepRow& row : rows) {
+    const pipeline::StepRecord& r = row.record;
+    steps_.append(nlohmann::json{{"epoch", epoch + 1}, {"step", r.step}, {"loss", num_or_null(row.loss)},
+                                 {"lr", num_or_null(row.lr)}, {"samples", r.samples}, {"warmup", r.warmup},
                                  {"wait_ms", r.wait_ms}, {"loader_ms", r.loader_ms}, {"ahead_ms", num_or_null(r.ahead_ms)},
                                  {"h2d_ms", num_or_null(r.h2d_ms)}, {"compute_ms", num_or_null(r.compute_ms)}}
                       .dump(),

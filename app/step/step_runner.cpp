@@ -5,6 +5,8 @@
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
 #include <map>
@@ -80,6 +82,26 @@ std::vector<at::Tensor> StepRunner::running_statistics() {
     if (b.is_floating_point()) running.push_back(b);
   }
   return running;
+}
+
+std::string StepRunner::first_non_finite() const {
+  at::NoGradGuard no_grad;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> finite;  // () bool each, on the device: one copy to the host for all of them
+  for (const auto& items : {model_->named_parameters(), model_->named_buffers()}) {
+    for (const auto& item : items) {
+      if (!at::isFloatingType(item.value().scalar_type())) continue;
+      names.push_back(item.key());
+      finite.push_back(at::isfinite(item.value()).all());
+    }
+  }
+  if (finite.empty()) return "";
+  const at::Tensor all = at::stack(finite).cpu();
+  const bool* ok = all.data_ptr<bool>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!ok[i]) return names[i];
+  }
+  return "";
 }
 
 void StepRunner::average_buffers() {

@@ -28,6 +28,8 @@ class StepRunner {
   // BN running statistics averaged across ranks (each rank saw only its shard) before evaluating or saving.
   void broadcast_state();
   void average_buffers();
+  // The name of the first parameter or floating buffer holding a NaN or an infinity, "" if none (one sync).
+  std::string first_non_finite() const;
   // Several ranks stopping mid-epoch: every rank's BN running statistics, (world, n) float rank-major (they stay
   // per rank until the epoch ends), for the checkpoint; and back after a resume: rank 0 passes the checkpoint's
   // (the other ranks an undefined tensor) and each rank takes its own row. Undefined / nothing with one rank.

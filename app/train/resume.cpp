@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "app/run/run_files.h"
+#include "app/run/run_record.h"
 #include "common/log.h"
 
 namespace pinfeed::app {
@@ -31,16 +32,46 @@ Checkpoint make_checkpoint(StepRunner& runner, const Config& c, int64_t epoch, i
   return ck;
 }
 
-void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
+bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>& weights, const std::string& path,
+                  bool fc_may_differ) {
   at::NoGradGuard no_grad;
-  auto restore = [&](const std::string& name, at::Tensor& t) {
-    auto it = ck.model.find(name);
-    if (it == ck.model.end()) throw std::runtime_error("checkpoint lacks " + name);
-    if (it->second.sizes() != t.sizes()) throw std::runtime_error("checkpoint shape mismatch for " + name);
+  const std::string what = path + ": not the weights of this ResNet-50";
+  std::map<std::string, at::Tensor> targets;
+  for (auto& item : model->named_parameters()) targets[item.key()] = item.value();
+  for (auto& item : model->named_buffers()) targets[item.key()] = item.value();
+  for (const auto& [name, t] : weights) {
+    if (!targets.count(name)) throw ConfigError(what + ": it has " + name + ", which the model has not");
+  }
+  const auto fc = weights.find("fc.weight");
+  const bool new_fc = fc_may_differ && fc != weights.end() && fc->second.dim() == 2 &&
+                      fc->second.size(0) != targets.at("fc.weight").size(0) &&
+                      fc->second.size(1) == targets.at("fc.weight").size(1);
+  for (auto& [name, t] : targets) {
+    const auto it = weights.find(name);
+    if (it == weights.end()) throw ConfigError(what + ": it lacks " + name);
+    if (new_fc && (name == "fc.weight" || name == "fc.bias")) continue;
+    if (it->second.sizes() != t.sizes()) {
+      throw ConfigError(what + ": " + name + " has shape " + c10::str(it->second.sizes()) + ", the model's is " +
+                        c10::str(t.sizes()));
+    }
     t.copy_(it->second);
-  };
-  for (auto& item : runner.model()->named_parameters()) restore(item.key(), item.value());
-  for (auto& item : runner.model()->named_buffers()) restore(item.key(), item.value());
+  }
+  return new_fc;
+}
+
+void init_weights_from(StepRunner& runner, const std::string& path) {
+  const Weights w = load_weights(path);
+  const int64_t classes = runner.model()->fc->weight.size(0);
+  const bool new_fc = copy_weights(runner.model(), w.model, "train.init_from: " + path, /*fc_may_differ=*/true);
+  log::info("train.init_from: starting from the weights of " + path +
+            (w.checkpoint ? " (a pinfeed checkpoint; not its optimizer state or position)" : " (a state dict)") +
+            (new_fc ? "; it has " + std::to_string(w.model.at("fc.weight").size(0)) + " classes, this run " +
+                          std::to_string(classes) + ": fc is freshly initialised"
+                    : ""));
+}
+
+void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
+  copy_weights(runner.model(), ck.model, "--resume: the checkpoint");
   runner.optimizer().load_state(ck.optimizer);
   // fp16: the scale and its growth count go on where they were. A checkpoint of a bf16 or fp32 run has none;
   // the scale then starts from train.loss_scale_init, as in a new run.
@@ -84,12 +115,25 @@ void check_resumable(const Checkpoint& ck, const RunShape& run) {
 }
 
 std::string resume_path(const Config& c, const std::string& resume) {
-  if (resume != "last") return resume;
-  const std::string run = find_last_run(c.run.dir, c.run.name);
-  if (run.empty()) {
-    throw ConfigError("--resume last: no run named '" + c.run.name + "' with a last.pt under " + c.run.dir);
+  if (resume == "last") {
+    const std::string run = find_last_run(c.run.dir, c.run.name);
+    if (run.empty()) {
+      throw ConfigError("--resume last: no run named '" + c.run.name + "' with a last.pt under " + c.run.dir +
+                        " (run.name must match exactly; or give --resume RUN_FOLDER/last.pt)");
+    }
+    return (std::filesystem::path(run) / "last.pt").string();
   }
-  return (std::filesystem::path(run) / "last.pt").string();
+  // pinfeed continues a run in the folder it wrote (it appends rows there, drops those past the checkpoint and
+  // removes its own temp files): a checkpoint copied elsewhere is refused before anything there is touched.
+  std::string dir = std::filesystem::path(resume).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (!is_run_folder(dir)) {
+    load_checkpoint(resume);  // what is wrong with the file itself comes first: missing, a state dict, not a checkpoint
+    throw ConfigError("--resume " + resume + ": " + dir + " is not a pinfeed run folder (no run.json, nor " +
+                      "config.toml with metrics.jsonl): pinfeed resumes a run only in the folder it wrote; " +
+                      "give the last.pt of a folder under " + c.run.dir + ", or start a new run");
+  }
+  return resume;
 }
 
 }  // namespace pinfeed::app

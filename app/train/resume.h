@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "app/config/config.h"
@@ -26,7 +27,16 @@ Checkpoint make_checkpoint(StepRunner& runner, const Config& config, int64_t epo
 // other three are not checked (a warning says so).
 void check_resumable(const Checkpoint& checkpoint, const RunShape& run);
 void restore_checkpoint(StepRunner& runner, const Checkpoint& checkpoint);  // weights, momentum, CPU RNG
-// "last" -> the newest run named run.name that holds a last.pt; anything else is a path. Throws ConfigError.
+// Copies weights by name into the model: every parameter and buffer must be there with its shape, and nothing
+// else. With fc_may_differ, fc's weight and bias of another number of classes are left as initialised (returns
+// true then). Throws ConfigError naming `path` and the first name at fault.
+bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>& weights, const std::string& path,
+                  bool fc_may_differ = false);
+// train.init_from: the weights of a checkpoint or a state dict into a new run (not its momentum, position or
+// RNG); another number of classes leaves fc freshly initialised and says so in one line.
+void init_weights_from(StepRunner& runner, const std::string& path);
+// "last" -> the newest run started with run.name exactly that holds a last.pt; anything else is a path, whose
+// folder must be a pinfeed run folder (is_run_folder). Throws ConfigError.
 std::string resume_path(const Config& config, const std::string& resume);
 
 }  // namespace pinfeed::app

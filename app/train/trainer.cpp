@@ -16,8 +16,10 @@
 #include "app/dist/distributed.h"
 #include "app/optim/lr_schedule.h"
 #include "app/plan/datasets.h"
+#include "app/run/run_lock.h"
 #include "app/run/run_outputs.h"
 #include "app/run/signals.h"
+#include "app/step/step_losses.h"
 #include "app/step/step_loop.h"
 #include "app/step/step_runner.h"
 #include "app/step/step_trace.h"
@@ -26,6 +28,7 @@
 #include "app/train/progress.h"
 #include "app/train/resume.h"
 #include "common/log.h"
+#include "data/error.h"
 #include "pipeline/feeder.h"
 
 namespace pinfeed::app {
@@ -108,6 +111,9 @@ void unpack_bad_images(const std::string& bytes, std::vector<data::BadImage>& tr
   }
 }
 
+// An accuracy (a fraction, as the files hold it) as the log line shows it: "67.10%".
+std::string percent(double fraction) { return std::isnan(fraction) ? "n/a" : fixed(100 * fraction, 2) + "%"; }
+
 // A double written so that reading it back (strtod) gives the same value, NaN and infinities included.
 std::string exact_text(double v) {
   std::ostringstream s;
@@ -130,6 +136,7 @@ class Training {
         runner_(plan, sets_.num_classes, &dist),
         meter_(plan.compute_stream),
         losses_(plan.device, plan.compute_stream),
+        step_losses_(plan.device, plan.compute_stream),
         progress_(config_.run.progress_interval_s), stop_after_steps_(stop_after_steps) {
     if (sets_.val) {
       val_feed_ = std::make_unique<pipeline::Feeder>(sets_.val, with_stop(plan.val_loader, stop), plan.pipeline,
@@ -148,6 +155,7 @@ class Training {
     if (ck) {
       check_resumable(*ck, shape());
       restore_checkpoint(runner_, *ck);
+      best_top1_ = ck->best_val_top1;
       position = std::to_string(ck->epoch) + " " + std::to_string(ck->step_in_epoch) + " " +
                  std::to_string(ck->global_step);
       // Each rank's loss sum of the epoch so far, when the checkpoint has them (then one per rank).
@@ -165,6 +173,12 @@ class Training {
     runner_.broadcast_state();
     runner_.scatter_buffers(ck ? ck->rank_buffers : at::Tensor());  // after the broadcast of rank 0's mean
     return {epoch, step};
+  }
+
+  // train.init_from: rank 0 reads the file; every rank starts from its weights.
+  void init_from(const std::string& path) {
+    if (dist_.is_main()) init_weights_from(runner_, path);
+    runner_.broadcast_state();
   }
 
   // out: rank 0's outputs; null on the other ranks, which write nothing.
@@ -196,6 +210,7 @@ class Training {
         record_bad_images(out);
         const EpochSoFar so_far = epoch_so_far();
         runner_.average_buffers();
+        check_finite(epoch, p.step);
         if (out && steps_here_ == 0) {
           // A checkpoint would only repeat the position this run started from (or, new, an untrained model).
           log::warn("interrupted before the first step: nothing saved");
@@ -208,9 +223,14 @@ class Training {
         return;
       }
       runner_.average_buffers();  // each rank's BN statistics saw only its shard
+      check_finite(epoch, p.step);
       EpochResult er{epoch + 1, train_loss(), NAN, NAN, NAN, p.timing.samples_per_s, 0};
+      bool best = false;  // a whole evaluation (not one a stop cut short) with a higher top-1 than any before
       if (val_feed_) {
-        std::tie(er.val_loss, er.val_top1, er.val_top5) = as_tuple(evaluate(runner_, *val_feed_, &dist_, &stop_));
+        const EvalResult val = evaluate(runner_, *val_feed_, &dist_, &stop_);
+        std::tie(er.val_loss, er.val_top1, er.val_top5) = as_tuple(val);
+        best = val.samples == sets_.val->size() && !std::isnan(val.top1) && !(val.top1 <= best_top1_);
+        if (best) best_top1_ = val.top1;
       }
       er.epoch_seconds = seconds_since(t0);
       result.epochs.push_back(er);
@@ -219,6 +239,7 @@ class Training {
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report(*out, er, p, ranks);
       const bool due = epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0;
+      if (out && best) save(*out, epoch + 1, 0, {}, "best.pt");
       if (out && due) save(*out, epoch + 1, 0);
       if (dist_.any(stop_.requested())) {  // came during the evaluation or the save
         if (out && !due) save(*out, epoch + 1, 0);  // run.checkpoint_every > 1: the epoch is not lost
@@ -232,14 +253,39 @@ class Training {
     }
   }
 
+  // A run stopping on bad input (data.on_bad_image = "fail", bad images in a row) lists the files found so far
+  // before it ends, as each epoch does. This rank's alone: the others are at no collective to gather theirs.
+  // A failure to write them must not hide the data error that ended the run.
+  void list_bad_images_found(RunOutputs& out) noexcept {
+    try {
+      out.bad_images(sets_.train->take_new_bad_images());
+      if (sets_.val) out.bad_images(sets_.val->take_new_bad_images());
+    } catch (const std::exception& e) {
+      log::warn(std::string("could not list the bad images found: ") + e.what());
+    }
+  }
+
  private:
   static std::tuple<double, double, double> as_tuple(const EvalResult& e) { return {e.loss, e.top1, e.top5}; }
+
+  // Before anything is evaluated or saved. Every rank holds the same weights and, after average_buffers, the same
+  // BN statistics, so all of them stop here together. Each step's loss alone would not do: in fp16 the loss
+  // scaler skips a step whose gradients overflow, and a weight can overflow while the loss still reads finite.
+  void check_finite(int64_t epoch, int64_t step) {
+    const std::string bad = runner_.first_non_finite();
+    if (bad.empty()) return;
+    const double loss = train_loss();
+    throw Diverged("training diverged: " + bad + " is no longer finite at epoch " + std::to_string(epoch + 1) +
+                   " step " + std::to_string(step) + " (mean train loss of the epoch " + std::to_string(loss) +
+                   "); nothing was saved from it, the last checkpoint written is kept. Lower train.lr, add "
+                   "train.warmup_epochs, or check the data");
+  }
 
   void announce(const std::string& run_dir) const {
     log::info("run " + run_dir + ": " + std::to_string(sets_.train->size()) + " train images, " +
               std::to_string(sets_.num_classes) + " classes, device " + plan_.device.str() + ", mode " +
               train_feed_.mode() + " (transfer " + pipeline::to_string(plan_.pipeline.transfer_dtype) + "), " +
-              std::to_string(train_feed_.workers()) + " workers" +
+              count_of(train_feed_.workers(), "worker") +
               (plan_.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch_) +
               " steps/epoch, precision " + config_.train.precision + (plan_.loss_scaling ? " (loss scaling)" : "") +
               (plan_.fused_bn ? ", fused BatchNorm (cuDNN)" : "") + (plan_.stem_max_pool ? ", pinfeed's max pool" : "") + (runner_.graphed() ? ", CUDA graph" : "") +
@@ -281,11 +327,14 @@ class Training {
     return {at::tensor(sums, at::TensorOptions().dtype(at::kDouble)), runner_.gather_buffers()};
   }
 
-  void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch, const EpochSoFar& so_far = {}) {
+  void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch, const EpochSoFar& so_far = {},
+            const std::string& file = "last.pt") {
     Checkpoint ck = make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, shape());
+    ck.classes = sets_.train->folder().classes;  // predictions are named by them
+    ck.best_val_top1 = best_top1_;
     ck.epoch_loss_sums = so_far.loss_sums;
     ck.rank_buffers = so_far.buffers;
-    save_checkpoint(out.path("last.pt"), ck);
+    save_checkpoint(out.path(file), ck);
   }
 
   // Every rank's newly found bad files (its shard of the training set, and of the validation set) go to rank 0,
@@ -337,15 +386,19 @@ class Training {
     const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
+    const bool log_steps = out && config_.run.log_steps;  // rank 0 writes steps.jsonl
+    if (log_steps) step_losses_.start_epoch(steps_per_epoch_, first);
     const StepLoopResult r = run_steps(
         train_feed_, meter_, loop,
-        [&](const pipeline::DeviceBatch& batch, int64_t) {
+        [&](const pipeline::DeviceBatch& batch, int64_t step) {
           p.lr = learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
-          losses_.add(runner_.train_step(batch.images, batch.labels, p.lr));
+          const at::Tensor loss = runner_.train_step(batch.images, batch.labels, p.lr);
+          losses_.add(loss);
+          if (log_steps) step_losses_.add(step, loss, p.lr);
         },
         [&](const pipeline::DeviceBatch& batch, int64_t step) {
-          const auto records = meter_.take_resolved();
-          if (out) out->steps(epoch, records);
+          auto records = meter_.take_resolved();
+          if (log_steps) out->steps(epoch, step_losses_.join(std::move(records)));
           ++global_step_;
           if (++steps_here_ == stop_after_steps_) stop_.request();
           p.step = step + 1;
@@ -363,8 +416,8 @@ class Training {
       p.loss_scale = scaler->current_scale();
       p.skipped_steps = scaler->skipped_steps() - skipped_before;
     }
-    const auto records = meter_.take_resolved(true);
-    if (out) out->steps(epoch, records);
+    auto records = meter_.take_resolved(true);
+    if (log_steps) out->steps(epoch, step_losses_.join(std::move(records), /*wait=*/true));
     progress_.end();
     return p;
   }
@@ -400,7 +453,7 @@ class Training {
     std::ostringstream line;
     line.precision(4);
     line << "epoch " << er.epoch << "/" << config_.train.epochs << ": train_loss " << er.train_loss << " val_loss "
-         << er.val_loss << " top1 " << er.val_top1 << " top5 " << er.val_top5 << " | " << t.samples_per_s
+         << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5) << " | " << t.samples_per_s
          << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
          << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " (loader " << fmt_ms(t.loader_ms.mean)
          << ") | ahead ms " << fmt_ms(t.ahead_ms.mean) << " | h2d ms " << fmt_ms(t.h2d_ms.mean)
@@ -433,6 +486,7 @@ class Training {
   StepRunner runner_;
   pipeline::StepMeter meter_;
   LossMeter losses_;
+  StepLosses step_losses_;  // run.log_steps, rank 0: each step's loss for steps.jsonl
   Progress progress_;
   int64_t steps_per_epoch_ = 0;
   int64_t global_step_ = 0;
@@ -441,7 +495,14 @@ class Training {
   std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
   std::unordered_set<std::string> train_bad_;  // rank 0: the training set's bad files found by any rank
   std::unique_ptr<StepTrace> trace_;  // run.trace_steps, rank 0
+  double best_top1_ = NAN;  // the best whole validation's top-1 so far (best.pt's), resumes included
 };
+
+// The run folder a checkpoint path lies in ("." for a bare file name).
+std::string run_dir_of(const std::string& checkpoint) {
+  const std::string dir = std::filesystem::path(checkpoint).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
 
 }  // namespace
 
@@ -454,28 +515,72 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
     TrainResult result;
     result.main_rank = dist.is_main();
     int64_t start_epoch = 0, start_step = 0;
+    // Rank 0 writes the run folder and holds its lock until the run ends: a second pinfeed on the same folder
+    // stops at once (exit 2) instead of writing the same files.
+    std::optional<RunLock> lock;
+    auto own_folder = [&](const std::string& dir) {
+      lock.emplace(dir);
+      if (!log::tee((std::filesystem::path(dir) / "run.log").string())) {
+        throw OutputError("cannot open " + (std::filesystem::path(dir) / "run.log").string() + " for appending");
+      }
+      // The temp files of writes cut short in runs nobody holds (a first checkpoint killed mid-write leaves a
+      // folder that can never be resumed, so its own resume would never clean it).
+      for (const std::string& removed : remove_abandoned_temp_files(plan.config.run.dir)) {
+        log::warn("removed " + removed + ": the temp file of a write cut short (kill -9, power loss) in a run no "
+                  "process holds");
+      }
+    };
     std::optional<RunOutputs> out;
+    std::string checkpoint_path;
     if (!args.resume.empty()) {
       // Rank 0 reads the checkpoint; the other ranks get its state by broadcast (no shared disk needed).
       std::optional<Checkpoint> checkpoint;
-      std::string path;
       if (dist.is_main()) {
-        path = resume_path(plan.config, args.resume);
-        checkpoint = load_checkpoint(path);
+        checkpoint_path = resume_path(plan.config, args.resume);  // refuses a folder pinfeed did not write
+        own_folder(run_dir_of(checkpoint_path));
+        checkpoint = load_checkpoint(checkpoint_path);
       }
       std::tie(start_epoch, start_step) = training.resume(checkpoint);
-      result.run_dir = dist.share("run_dir", std::filesystem::path(path).parent_path().string());
+      result.run_dir = dist.share("run_dir", run_dir_of(checkpoint_path));
+      if (start_epoch >= plan.config.train.epochs) {  // every rank knows the checkpoint's position
+        if (dist.is_main()) {
+          log::info("run " + result.run_dir + " already finished all " + std::to_string(start_epoch) +
+                    " epochs (train.epochs = " + std::to_string(plan.config.train.epochs) + "); nothing to do");
+        }
+        return result;
+      }
       if (dist.is_main()) {
-        log::info("resuming from " + path + " at epoch " + std::to_string(start_epoch + 1) + ", step " +
+        log::info("resuming from " + checkpoint_path + " at epoch " + std::to_string(start_epoch + 1) + ", step " +
                   std::to_string(start_step));
       }
     } else {
-      result.run_dir = dist.share("run_dir", dist.is_main() ? make_run_dir(plan.config.run.dir, plan.config.run.name) : "");
+      if (!plan.config.train.init_from.empty()) training.init_from(expand_user(plan.config.train.init_from));
+      std::string dir;
+      if (dist.is_main()) {
+        dir = make_run_dir(plan.config.run.dir, plan.config.run.name);
+        own_folder(dir);
+      }
+      result.run_dir = dist.share("run_dir", dir);
     }
     std::optional<ResumePoint> resumed;
     if (!args.resume.empty()) resumed = ResumePoint{start_epoch, start_step};
-    if (dist.is_main()) out.emplace(plan.config, result.run_dir, resumed);
-    training.run(out ? &*out : nullptr, start_epoch, start_step, result);
+    if (dist.is_main()) {
+      RunStart facts;
+      facts.device = plan.device.str();
+      facts.world_size = dist.world();
+      if (resumed) {
+        facts.checkpoint = std::filesystem::absolute(checkpoint_path).lexically_normal().string();
+        facts.resume_epoch = start_epoch + 1;
+        facts.resume_step = start_step;
+      }
+      out.emplace(plan.config, result.run_dir, resumed, facts);
+    }
+    try {
+      training.run(out ? &*out : nullptr, start_epoch, start_step, result);
+    } catch (const DataError&) {
+      if (out) training.list_bad_images_found(*out);
+      throw;
+    }
     return result;
   });
 }

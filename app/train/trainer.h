@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,13 @@
 #include "app/run/signals.h"
 
 namespace pinfeed::app {
+
+// The weights stopped being finite (a learning rate too high, a loss gone to NaN): the run stops before any
+// checkpoint could take them, so last.pt and best.pt keep the last good state. Exit code 6.
+class Diverged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct TrainArgs {
   std::string resume;  // "", a checkpoint path, or "last"

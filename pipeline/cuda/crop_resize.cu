@@ -1,5 +1,7 @@
 #include "pipeline/cuda/crop_resize.h"
 
+#include <cuda_fp16.h>
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -33,6 +35,10 @@ __device__ void source_coord(int o, float scale, int n, int* i0, int* i1, float*
   *a = t;
 }
 
+__device__ void store(float* p, float v) { *p = v; }
+__device__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+
+template <typename T>
 __global__ void crop_resize_kernel(const CropResizeJob* jobs, ModelInput out, int size) {
   const CropResizeJob j = jobs[blockIdx.z];
   const int ox = blockIdx.x * blockDim.x + threadIdx.x, oy = blockIdx.y * blockDim.y + threadIdx.y;
@@ -42,15 +48,16 @@ __global__ void crop_resize_kernel(const CropResizeJob* jobs, ModelInput out, in
   source_coord(ox, static_cast<float>(j.w) / size, j.w, &x0, &x1, &ax);
   source_coord(oy, static_cast<float>(j.h) / size, j.h, &y0, &y1, &ay);
   const int dx = j.flip ? size - 1 - ox : ox;
-  float* dst = out.data + j.out_index * out.sample_stride + oy * out.row_stride + dx * out.column_stride;
+  T* dst = static_cast<T*>(out.data) + j.out_index * out.sample_stride + oy * out.row_stride + dx * out.column_stride;
   for (int c = 0; c < 3; ++c) {
     const float top = (1 - ax) * shrunk(j, j.x + x0, j.y + y0, c) + ax * shrunk(j, j.x + x1, j.y + y0, c);
     const float bottom = (1 - ax) * shrunk(j, j.x + x0, j.y + y1, c) + ax * shrunk(j, j.x + x1, j.y + y1, c);
     const float v = (1 - ay) * top + ay * bottom;
     const float u = truncf(fminf(fmaxf(v + 0.5f, 0.f), 255.f));  // the uint8 pixel the CPU path would hold
     // Rounded multiply, then rounded add (no fused multiply-add): the values the Feeder's uint8 path computes.
-    dst[c * out.channel_stride] = __fadd_rn(__fmul_rn(u, out.scale[c]), out.shift[c]);
+    store(dst + c * out.channel_stride, __fadd_rn(__fmul_rn(u, out.scale[c]), out.shift[c]));
   }
+  if (out.channels == 4) store(dst + 3 * out.channel_stride, 0.f);
 }
 
 }  // namespace
@@ -59,7 +66,11 @@ void crop_resize(const CropResizeJob* jobs, int count, const ModelInput& out, in
   if (count == 0) return;
   const dim3 block(32, 8);
   const dim3 grid((size + block.x - 1) / block.x, (size + block.y - 1) / block.y, count);
-  crop_resize_kernel<<<grid, block, 0, stream>>>(jobs, out, size);
+  if (out.half) {
+    crop_resize_kernel<__half><<<grid, block, 0, stream>>>(jobs, out, size);
+  } else {
+    crop_resize_kernel<float><<<grid, block, 0, stream>>>(jobs, out, size);
+  }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string("crop_resize launch: ") + cudaGetErrorString(err));
 }

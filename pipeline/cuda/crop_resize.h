@@ -1,7 +1,7 @@
 // One kernel for a whole batch, writing the model's input: each image's crop, averaged over reduction x reduction
 // blocks (what libjpeg's DCT scaling gives the CPU path), resized bilinearly like cv::resize INTER_LINEAR,
 // rounded to uint8 as the CPU path's pixels are, optionally mirrored, then normalised into its place in the
-// float32 (B, 3, S, S) batch.
+// (B, 3, S, S) batch (or (B, 4, S, S): the fourth channel zero), float32 or float16.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,10 +21,13 @@ struct CropResizeJob {
   int out_index;       // sample position in the batch
 };
 
-// The batch the kernel writes: float32 (B, 3, S, S) on the device, any strides (contiguous or channels_last), and
-// the normalisation of a uint8 pixel u of channel c, u * scale[c] + shift[c] (data::uint8_normalisation).
+// The batch the kernel writes: (B, channels, S, S) on the device, any strides (contiguous or channels_last), and
+// the normalisation of a uint8 pixel u of channel c, u * scale[c] + shift[c] (data::uint8_normalisation),
+// computed in float32 and rounded once to the batch's type.
 struct ModelInput {
-  float* data;
+  void* data;
+  bool half;     // float16 elements, else float32
+  int channels;  // 3, or 4: RGB and a zero channel
   int64_t sample_stride, channel_stride, row_stride, column_stride;  // in elements
   float scale[3], shift[3];
 };

@@ -342,13 +342,14 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
       pixels.size(0) < count || pixels.size(1) != s || pixels.size(2) != s || pixels.size(3) != 3) {
     throw std::invalid_argument("JpegDecoder::decode: pixels must be a contiguous (B, S, S, 3) uint8 CUDA tensor");
   }
-  if (!out.is_cuda() || out.scalar_type() != at::kFloat || out.dim() != 4 || out.size(0) != count ||
-      out.size(1) != 3 || out.size(2) != s || out.size(3) != s ||
+  if (!out.is_cuda() || (out.scalar_type() != at::kFloat && out.scalar_type() != at::kHalf) || out.dim() != 4 ||
+      out.size(0) != count || (out.size(1) != 3 && out.size(1) != 4) || out.size(2) != s || out.size(3) != s ||
       !(out.is_contiguous() || out.is_contiguous(at::MemoryFormat::ChannelsLast))) {
-    throw std::invalid_argument(
-        "JpegDecoder::decode: out must be a (count, 3, S, S) float32 CUDA tensor, contiguous or channels_last");
+    throw std::invalid_argument("JpegDecoder::decode: out must be a (count, 3 or 4, S, S) float32 or float16 CUDA "
+                                "tensor, contiguous or channels_last");
   }
-  ModelInput input{out.data_ptr<float>(), out.stride(0), out.stride(1), out.stride(2), out.stride(3), {}, {}};
+  ModelInput input{out.data_ptr(), out.scalar_type() == at::kHalf, static_cast<int>(out.size(1)),
+                   out.stride(0),  out.stride(1), out.stride(2), out.stride(3), {}, {}};
   const data::PixelAffine affine = data::uint8_normalisation(impl_->transform);
   std::copy(affine.scale, affine.scale + 3, input.scale);
   std::copy(affine.shift, affine.shift + 3, input.shift);

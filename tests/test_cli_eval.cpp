@@ -1,0 +1,194 @@
+// pinfeed eval, predict and train.init_from through the built executable: the figures they print, and one line with
+// a defined exit code for every file that is not a checkpoint. One tiny run trained once serves every test.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int code = -1;       // exit code, or -signal
+  std::string output;  // stdout and stderr
+};
+
+std::string quoted(const std::string& arg) {
+  std::string out = "'";
+  for (const char ch : arg) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+Outcome pinfeed(const std::vector<std::string>& args, bool with_stderr = true) {
+  std::string command = "exec " + quoted(PINFEED_EXE);
+  for (const auto& a : args) command += " " + quoted(a);
+  command += with_stderr ? " 2>&1 </dev/null" : " 2>/dev/null </dev/null";
+  Outcome r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
+  return r;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+class CliEval : public ::testing::Test {
+ protected:
+  // A 2-class dataset and 2 epochs of training on it, shared by every test of the suite.
+  static void SetUpTestSuite() {
+    dir_ = fs::path(::testing::TempDir()) / ("pinfeed_cli_eval_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const Outcome gen = pinfeed({"gen-data", "--out", (dir_ / "data").string(), "--classes", "2", "--train-per-class",
+                                 "8", "--val-per-class", "3", "--size", "40x40", "--threads", "2"});
+    ASSERT_EQ(gen.code, 0) << gen.output;
+    config_ = (dir_ / "tiny.toml").string();
+    std::ofstream(config_) << "[data]\nroot = \"" << (dir_ / "data").string()
+                           << "\"\nimage_size = 32\nworkers = 2\n[train]\ndevice = \"cpu\"\nepochs = 2\nbatch_size = 4\n"
+                              "lr = 0.01\nprecision = \"fp32\"\n[pipeline]\nwarmup_steps = 0\n[run]\nname = \"ev\"\n"
+                              "dir = \""
+                           << (dir_ / "runs").string() << "\"\n";
+    trained_ = pinfeed({"train", "-c", config_});
+    ASSERT_EQ(trained_.code, 0) << trained_.output;
+    for (const auto& entry : fs::directory_iterator(dir_ / "runs")) run_ = entry.path();
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // The run's per-epoch rows.
+  static std::vector<nlohmann::json> rows() {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(run_ / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+
+  static void expect_one_error_line(const Outcome& r, const std::string& said) {
+    EXPECT_NE(r.output.find(said), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("INTERNAL ASSERT"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("Exception raised from"), std::string::npos) << r.output;  // a C++ backtrace
+    int errors = 0;
+    for (const std::string& line : lines_of(r.output)) errors += line.find("error:") != std::string::npos;
+    EXPECT_EQ(errors, 1) << r.output;
+  }
+
+  static inline fs::path dir_, run_;
+  static inline std::string config_;
+  static inline Outcome trained_;
+};
+
+TEST_F(CliEval, EvalOfTheLastCheckpointRepeatsTheLastEpochsValidation) {
+  const Outcome r = pinfeed({"eval", "-c", config_, "--checkpoint", (run_ / "last.pt").string(), "--json"}, false);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json got = nlohmann::json::parse(r.output);
+  const nlohmann::json last = rows().back();
+  EXPECT_EQ(got.at("images"), 6);
+  EXPECT_DOUBLE_EQ(got.at("top1").get<double>(), last.at("val_top1").get<double>());
+  EXPECT_DOUBLE_EQ(got.at("top5").get<double>(), last.at("val_top5").get<double>());
+  EXPECT_NEAR(got.at("loss").get<double>(), last.at("val_loss").get<double>(), 1e-5);
+
+  const Outcome line = pinfeed({"eval", "-c", config_, "--checkpoint", (run_ / "last.pt").string(), "--split", "train"});
+  ASSERT_EQ(line.code, 0) << line.output;
+  EXPECT_NE(line.output.find("eval: top1 "), std::string::npos) << line.output;
+  EXPECT_NE(line.output.find("on 16 images of"), std::string::npos) << line.output;
+}
+
+TEST_F(CliEval, BestCheckpointHoldsTheEpochOfTheHighestValidationTop1) {
+  ASSERT_TRUE(fs::exists(run_ / "best.pt"));
+  double best = -1;
+  for (const auto& row : rows()) best = std::max(best, row.at("val_top1").get<double>());
+  const Outcome r = pinfeed({"eval", "-c", config_, "--checkpoint", (run_ / "best.pt").string(), "--json"}, false);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(r.output).at("top1").get<double>(), best);
+}
+
+TEST_F(CliEval, PredictNamesTheClassesAndGoesOnPastABadImage) {
+  const fs::path images = dir_ / "predict";
+  fs::create_directories(images);
+  fs::copy(dir_ / "data" / "val", images, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  std::ofstream(images / "broken.jpg") << "not a jpeg";
+  const Outcome r = pinfeed({"predict", "--checkpoint", (run_ / "last.pt").string(), "--top-k", "2", "--json",
+                             images.string()}, false);
+  EXPECT_EQ(r.code, 3) << r.output;
+  const std::vector<std::string> lines = lines_of(r.output);
+  ASSERT_EQ(lines.size(), 7u) << r.output;  // 6 images and the broken one, in path order
+  int errors = 0;
+  for (const std::string& line : lines) {
+    const nlohmann::json doc = nlohmann::json::parse(line);
+    if (doc.contains("error")) {
+      ++errors;
+      EXPECT_NE(doc.at("path").get<std::string>().find("broken.jpg"), std::string::npos);
+      continue;
+    }
+    ASSERT_EQ(doc.at("top").size(), 2u);
+    double sum = 0;
+    for (const auto& t : doc.at("top")) {
+      EXPECT_EQ(t.at("class").get<std::string>().rfind("class_", 0), 0u) << line;  // gen-data's folder names
+      sum += t.at("probability").get<double>();
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-4);  // both classes
+  }
+  EXPECT_EQ(errors, 1);
+}
+
+TEST_F(CliEval, InitFromStartsANewRunAndReinitialisesFcForAnotherClassCount) {
+  const Outcome gen = pinfeed({"gen-data", "--out", (dir_ / "three").string(), "--classes", "3", "--train-per-class",
+                               "4", "--val-per-class", "1", "--size", "40x40", "--threads", "2"});
+  ASSERT_EQ(gen.code, 0) << gen.output;
+  const Outcome r = pinfeed({"train", "-c", config_, "data.root=\"" + (dir_ / "three").string() + "\"",
+                             "train.epochs=1", "run.name=\"ft\"", "train.init_from=\"" + (run_ / "best.pt").string() + "\""});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("train.init_from: starting from the weights of"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("it has 2 classes, this run 3: fc is freshly initialised"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("resuming"), std::string::npos) << r.output;
+}
+
+TEST_F(CliEval, FilesThatAreNotCheckpointsGetOneLineAndAnExitCode) {
+  const fs::path bad = dir_ / "bad";
+  fs::create_directories(bad);
+  std::ofstream(bad / "text.pt") << "hello";
+  ASSERT_EQ(::mkfifo((bad / "fifo.pt").c_str(), 0600), 0);
+  const auto size = fs::file_size(run_ / "last.pt");
+  fs::copy_file(run_ / "last.pt", bad / "cut.pt", fs::copy_options::overwrite_existing);
+  fs::resize_file(bad / "cut.pt", size / 2);
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string said;
+  };
+  const std::string missing = (run_ / "nonexistent.pt").string();  // in a run folder: resume looks for the file
+  const std::vector<Case> cases = {
+      {{"train", "-c", config_, "--resume", missing}, 2, "nonexistent.pt: no such file"},
+      {{"eval", "-c", config_, "--checkpoint", missing}, 2, "no such file"},
+      {{"eval", "-c", config_, "--checkpoint", "/dev/zero"}, 2, "not a regular file"},
+      {{"eval", "-c", config_, "--checkpoint", (bad / "fifo.pt").string()}, 2, "FIFO"},
+      {{"eval", "-c", config_, "--checkpoint", bad.string()}, 2, "a directory"},
+      {{"eval", "-c", config_, "--checkpoint", (bad / "text.pt").string()}, 2, "not a zip archive"},
+      {{"eval", "-c", config_, "--checkpoint", (bad / "cut.pt").string()}, 3, "truncated"},
+      {{"predict", "--checkpoint", (bad / "cut.pt").string(), "x.jpg"}, 3, "truncated"},
+      {{"train", "-c", config_, "train.init_from=\"" + (bad / "text.pt").string() + "\""}, 2, "not a zip archive"},
+  };
+  for (const Case& c : cases) {
+    const Outcome r = pinfeed(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args[0] << " " << c.args.back() << ":\n" << r.output;
+    expect_one_error_line(r, c.said);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,181 @@
+// The run folder through the pinfeed executable: one process writes a folder at a time (a second exits 2 naming
+// it and the holder), `--resume last` takes the run of exactly that run.name and says when it has nothing left to
+// do, a checkpoint outside a pinfeed run folder is refused without touching that folder, and every start leaves
+// run.json, run.log and its own config. Tiny CPU runs on generated data: one step per epoch.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int code = -1;       // exit code, or -signal
+  std::string output;  // stdout and stderr
+};
+
+std::string quoted(const std::string& arg) {
+  std::string out = "'";
+  for (const char ch : arg) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+std::string text_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class CliRuns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / ("pinfeed_cli_runs_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const Outcome data = pinfeed({"gen-data", "--out", "data", "--classes", "2", "--train-per-class", "4",
+                                  "--val-per-class", "1", "--size", "32x32", "--threads", "1"});
+    ASSERT_EQ(data.code, 0) << data.output;
+    std::ofstream(dir_ / "tiny.toml") << "[data]\nroot = \"data\"\nimage_size = 32\nworkers = 1\n"
+                                         "[train]\ndevice = \"cpu\"\nbatch_size = 8\nprecision = \"fp32\"\n"
+                                         "epochs = 1\neval = false\n[pipeline]\nwarmup_steps = 0\n"
+                                         "[run]\nname = \"quick\"\nlog_steps = true\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Outcome pinfeed(const std::vector<std::string>& args) {
+    std::string command = "cd " + quoted(dir_.string()) + " && exec " + quoted(PINFEED_EXE);
+    for (const auto& a : args) command += " " + quoted(a);
+    command += " 2>&1 </dev/null";
+    Outcome r;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (!pipe) return r;
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
+    const int status = ::pclose(pipe);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
+    return r;
+  }
+
+  Outcome train(std::vector<std::string> args) {
+    args.insert(args.begin(), {"train", "-c", "tiny.toml"});
+    return pinfeed(args);
+  }
+
+  // The one run folder under runs/ whose name ends in `suffix`.
+  fs::path run_folder(const std::string& suffix) {
+    fs::path found;
+    for (const auto& e : fs::directory_iterator(dir_ / "runs")) {
+      const std::string name = e.path().filename().string();
+      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        EXPECT_TRUE(found.empty()) << "two folders end in " << suffix;
+        found = e.path();
+      }
+    }
+    return found;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliRuns, ASecondWriterOfARunFolderExitsTwoNamingItAndTheHolder) {
+  ASSERT_EQ(train({}).code, 0);
+  const fs::path run = run_folder("-quick");
+  // The test holds the folder's lock as a running pinfeed would (flock, with its pid in the file).
+  const int fd = ::open((run / "run.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  ASSERT_EQ(::ftruncate(fd, 0), 0);
+  ASSERT_EQ(::pwrite(fd, pid.data(), pid.size(), 0), static_cast<ssize_t>(pid.size()));
+  const std::string metrics_before = text_of(run / "metrics.jsonl");
+  const Outcome second = train({"--resume", (run / "last.pt").string(), "train.epochs=2"});
+  EXPECT_EQ(second.code, 2) << second.output;
+  EXPECT_NE(second.output.find("error: run folder " + run.string() + " is in use by another pinfeed process (pid " +
+                               std::to_string(::getpid()) + ")"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(text_of(run / "metrics.jsonl"), metrics_before) << "the refused process wrote nothing";
+  ::close(fd);  // the holder ends: the folder is free again
+  const Outcome later = train({"--resume", "last", "train.epochs=2"});
+  EXPECT_EQ(later.code, 0) << later.output;
+}
+
+TEST_F(CliRuns, ResumeLastTakesTheExactRunNameAndSaysWhenItIsFinished) {
+  ASSERT_EQ(train({}).code, 0);
+  ASSERT_EQ(train({"run.name=other-quick"}).code, 0);  // newer, and its folder name ends in -quick too
+  fs::path quick;
+  for (const auto& e : fs::directory_iterator(dir_ / "runs")) {
+    if (e.path().filename().string().find("other") == std::string::npos) quick = e.path();
+  }
+  const Outcome r = train({"--resume", "last"});
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("run " + (fs::path("runs") / quick.filename()).string() +
+                          " already finished all 1 epochs (train.epochs = 1); nothing to do"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("other-quick"), std::string::npos) << r.output;
+}
+
+TEST_F(CliRuns, AResumeOutsideAPinfeedRunFolderIsRefusedAndTouchesNothingThere) {
+  ASSERT_EQ(train({}).code, 0);
+  fs::create_directories(dir_ / "elsewhere");
+  fs::copy_file(run_folder("-quick") / "last.pt", dir_ / "elsewhere" / "last.pt");
+  std::ofstream(dir_ / "elsewhere" / "download.tmp") << "a user's file";
+  std::ofstream(dir_ / "elsewhere" / "last.pt.tmp") << "not pinfeed's either: no run here";
+  const Outcome r = train({"--resume", "elsewhere/last.pt", "train.epochs=2"});
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("error: --resume elsewhere/last.pt: elsewhere is not a pinfeed run folder"),
+            std::string::npos)
+      << r.output;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_ / "elsewhere")) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"download.tmp", "last.pt", "last.pt.tmp"}));
+}
+
+TEST_F(CliRuns, EachStartIsRecordedWithItsConfigAndLog) {
+  ASSERT_EQ(train({}).code, 0);
+  const fs::path run = run_folder("-quick");
+  std::ofstream(run / "download.tmp") << "a user's file in the run folder";
+  const Outcome resumed = train({"--resume", "last", "train.epochs=2"});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_TRUE(fs::exists(run / "download.tmp")) << "pinfeed removes only the temp files it writes";
+  const nlohmann::json record = nlohmann::json::parse(text_of(run / "run.json"));
+  EXPECT_EQ(record.at("name"), "quick");
+  ASSERT_EQ(record.at("starts").size(), 2u);
+  EXPECT_EQ(record["starts"][0].at("config"), "config.toml");
+  EXPECT_EQ(record["starts"][1].at("config"), "config.resume-1.toml");
+  EXPECT_EQ(record["starts"][1].at("resumed_from").at("epoch"), 2);
+  EXPECT_EQ(record["starts"][0].at("command").at(1), "train");
+  EXPECT_EQ(record["starts"][0].at("device"), "cpu");
+  EXPECT_NE(text_of(run / "config.toml").find("epochs = 1"), std::string::npos) << "the first start's config";
+  EXPECT_NE(text_of(run / "config.resume-1.toml").find("epochs = 2"), std::string::npos);
+  const std::string log = text_of(run / "run.log");
+  EXPECT_NE(log.find("run runs/"), std::string::npos) << log;  // the first start's banner
+  EXPECT_NE(log.find("resuming from"), std::string::npos) << log;
+  EXPECT_NE(log.find("epoch 2/2: train_loss"), std::string::npos) << log;
+  // steps.jsonl: epochs from 1, as in metrics.jsonl, each step with its loss and lr.
+  std::ifstream steps(run / "steps.jsonl");
+  std::vector<int64_t> epochs;
+  for (std::string line; std::getline(steps, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    epochs.push_back(row.at("epoch"));
+    EXPECT_TRUE(row.at("loss").is_number()) << line;
+    EXPECT_TRUE(row.at("lr").is_number()) << line;
+  }
+  EXPECT_EQ(epochs, (std::vector<int64_t>{1, 2}));
+}
+
+}  // namespace
