@@ -54,8 +54,10 @@ TEST(ResNet50, AZeroFourthChannelGivesTheThreeChannelOutputAndGradient) {
     grads[k] = m->conv1->weight.grad().clone();
   }
   EXPECT_EQ(grads[1].sizes(), (std::vector<int64_t>{64, 3, 7, 7}));
-  EXPECT_TRUE(at::allclose(outputs[1], outputs[0], 1e-12, 1e-12));
-  EXPECT_TRUE(at::allclose(grads[1], grads[0], 1e-12, 1e-12));
+  // float64: only the order of the sums may differ (the CPU picks its convolution algorithm by shape).
+  EXPECT_TRUE(at::allclose(outputs[1], outputs[0], 1e-9, 1e-9));
+  EXPECT_TRUE(at::allclose(grads[1], grads[0], 1e-9, 1e-9)) << (grads[1] - grads[0]).abs().max().item<double>()
+                                                            << " of " << grads[0].abs().max().item<double>();
 }
 
 TEST(ResNet50, ZeroInitResidualZeroesEachBlocksLastBn) {
