@@ -190,8 +190,9 @@ int run(int argc, char** argv) {
   if (result.interrupted) return app::kExitInterrupted;
   if (result.main_rank && !result.epochs.empty()) {
     const auto& e = result.epochs.back();
-    std::printf("final: epoch %lld val_top1 %.4f val_top5 %.4f train_loss %.4f (run %s)\n",
-                static_cast<long long>(e.epoch), e.val_top1, e.val_top5, e.train_loss, result.run_dir.c_str());
+    // Accuracies in percent, as the epoch lines print them (the files hold fractions).
+    std::printf("final: epoch %lld val_top1 %.2f%% val_top5 %.2f%% train_loss %.4f (run %s)\n",
+                static_cast<long long>(e.epoch), 100 * e.val_top1, 100 * e.val_top5, e.train_loss, result.run_dir.c_str());
   }
   return app::kExitOk;
 }

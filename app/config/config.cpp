@@ -219,7 +219,7 @@ const std::vector<Key>& keys() {
       key("train.device", &C::train, &TrainConfig::device, "auto (CUDA if present) | cpu | cuda | cuda:N", check_device),
       key("train.max_steps_per_epoch", &C::train, &TrainConfig::max_steps_per_epoch, "cap on steps per epoch; 0 = whole epoch", at_least<int64_t>(0)),
       key("train.eval", &C::train, &TrainConfig::eval, "evaluate on the val split after each epoch"),
-      key("train.init_from", &C::train, &TrainConfig::init_from, "a new run starts from the weights of this pinfeed checkpoint or torch.save(model.state_dict()) file (not its optimizer or epoch); another number of classes re-initialises fc; ~/ expands; \"\" = none"),
+      key("train.init_from", &C::train, &TrainConfig::init_from, "a new run starts from the weights of this pinfeed checkpoint or torch.save(model.state_dict()) file (not its optimizer or epoch); another number of classes re-initialises fc; ~/ expands; \"\" = none", check_path),
       key("pipeline.mode", &C::pipeline, &PipelineConfig::mode, "preset: " + pipeline::preset_names() + "; sets the three flags below", check_mode),
       key("pipeline.pin_memory", &C::pipeline, &PipelineConfig::pin_memory, "workers write batches into page-locked buffers"),
       key("pipeline.non_blocking", &C::pipeline, &PipelineConfig::non_blocking, "asynchronous host-to-device copies"),
