@@ -20,6 +20,7 @@
 #include "app/run/run_files.h"
 #include "app/run/run_lock.h"
 #include "app/run/run_outputs.h"
+#include "app/run/run_record.h"
 #include "app/step/step_losses.h"
 #include "common/log.h"
 #include "test_util.h"
@@ -217,6 +218,16 @@ TEST(RunOutputs, AnOlderPinfeedsStepRowsAreRenumberedFromOneOnResume) {
   c.run.log_steps = true;
   RunOutputs resumed(c, dir, ResumePoint{1, 1});  // epoch 2 (0-based 1) continues after its first step
   EXPECT_EQ(text_of(fs::path(dir) / "steps.jsonl"), "{\"epoch\":1,\"step\":0}\n{\"epoch\":2,\"step\":0}\n");
+}
+
+TEST(RunRecord, TheDriverVersionIsTheNumberInTheKernelModulesLine) {
+  EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+                                  "(dvs-builder@U22)  Thu Jul 17 2025\nGCC version:  gcc version 12.2.0\n"),
+            "580.159.04");
+  EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 2023\n"),
+            "535.104.05");
+  EXPECT_EQ(nvidia_driver_version(""), "");
+  EXPECT_EQ(nvidia_driver_version("GCC version: 12\n"), "");
 }
 
 TEST(StepLosses, EachRecordGetsItsStepsLossAndLr) {

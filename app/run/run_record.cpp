@@ -5,9 +5,11 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "app/run/run_files.h"
 #include "pipeline/gpu.h"
@@ -51,16 +53,22 @@ std::string now_iso8601() {
 
 // The NVIDIA kernel driver's version ("580.159.04"), which CUDA's API does not report; null without one.
 nlohmann::json nvidia_driver() {
-  const std::string text = text_of("/proc/driver/nvidia/version");
-  const std::string mark = "Kernel Module";
-  const size_t at = text.find(mark);
-  if (at == std::string::npos) return nullptr;
-  const size_t begin = text.find_first_not_of(" \t", at + mark.size());
-  if (begin == std::string::npos) return nullptr;
-  return text.substr(begin, text.find_first_of(" \t\n", begin) - begin);
+  const std::string version = nvidia_driver_version(text_of("/proc/driver/nvidia/version"));
+  return version.empty() ? nlohmann::json(nullptr) : nlohmann::json(version);
 }
 
 }  // namespace
+
+std::string nvidia_driver_version(const std::string& text) {
+  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...": the first word of
+  // the first line made of digits and dots only, with a dot (the words before it vary between driver flavours).
+  std::istringstream line(text.substr(0, text.find('\n')));
+  for (std::string word; line >> word;) {
+    const bool digits_and_dots = word.find_first_not_of("0123456789.") == std::string::npos;
+    if (digits_and_dots && word.find('.') != std::string::npos && std::isdigit(static_cast<unsigned char>(word[0]))) return word;
+  }
+  return "";
+}
 
 nlohmann::json start_record(const RunStart& s, const std::string& config_file) {
   char host[256] = {};

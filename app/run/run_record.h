@@ -23,6 +23,8 @@ struct RunStart {
 // This process's start record: the fields above plus what the process and the build say (see the file's top).
 // config_file: the name of the config this start wrote in the folder.
 nlohmann::json start_record(const RunStart& start, const std::string& config_file);
+// The NVIDIA driver's version in the text of /proc/driver/nvidia/version ("580.159.04"); "" if none is there.
+std::string nvidia_driver_version(const std::string& proc_text);
 
 // Appends `record` to dir/run.json's "starts" (creating it with the run's name), atomically. A run.json that does
 // not parse (damaged by hand) is kept as run.json.damaged-N rather than lost. Throws OutputError.
