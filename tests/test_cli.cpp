@@ -37,7 +37,10 @@ class Cli : public ::testing::Test {
     fs::create_directories(dir_);
     // A config that passes every check; the dataset root does not exist, so a run that gets past the config
     // stops at once with exit 3.
-    config_ = write("base.toml", "[data]\nroot = \"missing-root\"\n[train]\ndevice = \"cpu\"\n");
+    // Small enough for the memory check of any machine the tests run on (a CPU step at 224 px, batch 256 needs
+    // ~28 GiB).
+    config_ = write("base.toml", "[data]\nroot = \"missing-root\"\nimage_size = 64\n[train]\ndevice = \"cpu\"\n"
+                                 "batch_size = 16\n");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "app/plan/memory.h"
 #include "app/plan/plan.h"
 #include "app/plan/start.h"
 #include "test_util.h"
@@ -11,7 +12,9 @@
 namespace pinfeed::app {
 namespace {
 
+// Small enough that a training step fits any machine the tests run on; a test's overrides come after these.
 Config cpu_config(std::vector<std::string> overrides = {}) {
+  overrides.insert(overrides.begin(), {"train.batch_size=16", "data.image_size=64"});
   overrides.push_back("train.device=cpu");
   return parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", overrides);
 }
@@ -83,7 +86,8 @@ TEST(Plan, TheGpuDecoderAsksForThirtyTwoHardwareQueuesUnlessTheUserChoseANumber)
   set_cuda_environment(cpu_config({"data.decoder=auto"}));  // train.device = "cpu": CUDA is not used
   set_cuda_environment(parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", {"data.decoder=cpu"}));
   EXPECT_EQ(std::getenv(kQueues), nullptr);
-  const Config gpu_decoder = parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml", {"data.decoder=auto"});
+  const Config gpu_decoder = parse_config_string("[data]\nroot = \"/data\"\n", "cfg.toml",
+                                                {"data.decoder=auto", "train.batch_size=16", "data.image_size=64"});
   resolve_plan(gpu_decoder);
   EXPECT_EQ(std::getenv(kQueues), nullptr) << "resolving a plan changes no process state";
   set_cuda_environment(gpu_decoder);  // device "auto": on a machine without CUDA the variable is set and unused
@@ -124,6 +128,32 @@ TEST(Plan, HostRingsLargerThanHalfTheMemoryAreRefusedNamingTheKeysAndSizes) {
   } catch (const ConfigError& err) {
     EXPECT_NE(std::string(err.what()).find("8 ring(s) of 6 slots"), std::string::npos) << err.what();
   }
+}
+
+TEST(Plan, ATrainingStepOverTheMemoryThisProcessMayUseIsRefusedNamingTheKeysAndFigures) {
+  constexpr double kGiB = 1 << 30;
+  // 64 GiB of RAM, of which a cgroup lets this process have 12 and 10 are left: the rings (4.5 GiB at 1024 px,
+  // batch 32) pass their own check, the step's activations (~69 GiB) do not.
+  const ScopedHostMemory fake({10 * kGiB, 12 * kGiB, 12 * kGiB});
+  const auto e = plan_error(cpu_config({"data.image_size=1024", "train.batch_size=32"}));
+  EXPECT_EQ(e.rfind("override 'train.batch_size=32':1:18: a training step needs ~", 0), 0u) << e;
+  for (const char* part : {"train.batch_size 32 x data.image_size 1024 px in 32-bit", "host batch rings 4.5 GiB",
+                           "this process may use 10.0 GiB (12.0 GiB in all: cgroup limit 12.0 GiB)",
+                           "lower train.batch_size or data.image_size"}) {
+    EXPECT_NE(e.find(part), std::string::npos) << part << " in " << e;
+  }
+  // What fits is left alone: the same limit with a small batch, and the quickstart's sizes.
+  EXPECT_NO_THROW(resolve_plan(cpu_config({"data.image_size=224", "train.batch_size=32"})));
+  EXPECT_NO_THROW(resolve_plan(cpu_config({"data.image_size=32", "train.batch_size=32"})));
+  // Several ranks on the host each keep a step's activations.
+  DistEnv four;
+  four.world = four.local_world = 4;
+  const ScopedHostMemory small({4 * kGiB, 64 * kGiB, 0});
+  EXPECT_NO_THROW(resolve_plan(cpu_config({"data.image_size=224", "train.batch_size=16", "dist.backend=gloo"})));
+  const auto ranks = test::message_of<ConfigError>(
+      [&] { resolve_plan(cpu_config({"data.image_size=224", "train.batch_size=16", "dist.backend=gloo"}), four); });
+  EXPECT_NE(ranks.find("4 ranks on this host, each: activations"), std::string::npos) << ranks;
+  EXPECT_NE(ranks.find(": no cgroup limit)"), std::string::npos) << ranks;
 }
 
 TEST(Plan, DefaultRingFitsAndResolves) {

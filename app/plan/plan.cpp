@@ -3,13 +3,11 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
+#include "app/plan/memory.h"
 #include "common/log.h"
 #include "model/batch_norm.h"
 #include "model/max_pool.h"
@@ -95,22 +93,48 @@ std::string size_text(double bytes) {  // "1.5 GiB", "147 MiB"
   return s;
 }
 
-// The memory this process may use: physical RAM, or a container's cgroup limit where that is lower (the OOM
-// killer goes by the lower one). 0 if unknown.
-double host_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  double bytes = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0;
-  for (const char* limit_file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    std::ifstream in(limit_file);
-    double limit = 0;
-    if (in >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // "max" reads as no number
+// What one training step keeps (memory.h: the activations for backward, the model and its optimizer state)
+// against what this process may use: on the CPU, every rank of this host with the host rings (`rings_bytes`) in
+// the host memory still available, this process's cgroup included; on CUDA, the step and the input batch in the
+// device's memory. An estimate with a margin, so that a run that cannot fit is refused here, before anything is
+// allocated, rather than killed by the OOM killer in its first step. Throws ConfigError naming the keys.
+void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes) {
+  const Config& c = p.config;
+  const int64_t batch = p.train_loader.batch_size, size = p.transform.size;
+  const int element_bytes = p.autocast ? 2 : 4;
+  const double activations = activation_bytes(batch, size, element_bytes), state = model_state_bytes(c.model.num_classes);
+  const std::string what = "activations " + size_text(activations) + " for train.batch_size " + std::to_string(batch) +
+                           " x data.image_size " + std::to_string(size) + " px in " + (p.autocast ? "16" : "32") +
+                           "-bit, model and optimizer state " + size_text(state);
+  const std::string lower = ": lower train.batch_size or data.image_size";
+  if (p.device.is_cuda()) {
+    // float32 is what the model sees whatever pipeline.transfer_dtype carries.
+    const double input = static_cast<double>(batch) * 3 * size * size * 4;
+    const double need = activations + state + input;
+    const auto info = gpu::device_info(p.device.index());
+    if (info.total_memory > 0 && need > static_cast<double>(info.total_memory)) {
+      throw ConfigError(location_of(c, "train.batch_size") + ": a training step needs ~" + size_text(need) + " (" + what +
+                        ", one input batch " + size_text(input) + "), more than the " +
+                        size_text(static_cast<double>(info.total_memory)) + " of " + p.device.str() + " (" + info.name +
+                        ")" + lower + (p.autocast ? "" : ", or set train.precision = \"bf16\""));
+    }
+    return;
   }
-  return bytes;
+  const int ranks = std::max(1, p.dist.local_world);
+  const double need = ranks * (activations + state) + rings_bytes;
+  if (host.available > 0 && need > host.available) {
+    const std::string limit = host.cgroup_limit > 0 ? ": cgroup limit " + size_text(host.cgroup_limit) : ": no cgroup limit";
+    throw ConfigError(location_of(c, "train.batch_size") + ": a training step needs ~" + size_text(need) + " (" +
+                      (ranks > 1 ? std::to_string(ranks) + " ranks on this host, each: " : "") + what +
+                      "; host batch rings " + size_text(rings_bytes) + "), this process may use " +
+                      size_text(host.available) + " (" + size_text(host.total) + " in all" + limit + ")" + lower +
+                      " (the rings: data.prefetch_batches" + (c.train.eval ? ", or train.eval = false)" : ")"));
+  }
 }
 
 // Sizes the config multiplies into, against this machine, before anything is allocated: decode threads, the host
 // batch rings (pinned or pageable: a pinned ring over its budget falls back to pageable, so the pageable size is
-// the one that must fit) and one input batch on the device. Throws ConfigError naming the keys and the sizes.
+// the one that must fit) and a training step's memory. Throws ConfigError naming the keys and the sizes.
 void check_resources(const Plan& p) {
   const Config& c = p.config;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
@@ -129,7 +153,8 @@ void check_resources(const Plan& p) {
   const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist.local_world);
   // Half the memory: the rest is for the decode workers' scratch, the dataset index, the model and its
   // optimizer state on the CPU, LibTorch and the OS.
-  const double memory = host_memory_bytes(), allowed = memory / 2;
+  const HostMemory host = read_host_memory();
+  const double memory = host.total, allowed = memory / 2;
   if (memory > 0 && ring * rings > allowed) {
     throw ConfigError(location_of(c, c.locations.count("data.prefetch_batches") ? "data.prefetch_batches" : "train.batch_size") +
                       ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
@@ -138,19 +163,7 @@ void check_resources(const Plan& p) {
                       std::to_string(p.transform.size) + " px = " + size_text(ring / slots) + " per batch), over half of this "
                       "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or data.image_size");
   }
-
-  if (p.device.is_cuda()) {
-    // A lower bound only (the activations need many times more), but it turns an allocation failure deep in the
-    // first step into a message; float32 is what the model sees whatever pipeline.transfer_dtype carries.
-    const double batch = static_cast<double>(p.train_loader.batch_size) * 3 * p.transform.size * p.transform.size * 4;
-    const auto info = gpu::device_info(p.device.index());
-    if (info.total_memory > 0 && batch > static_cast<double>(info.total_memory)) {
-      throw ConfigError(location_of(c, "train.batch_size") + ": one input batch (train.batch_size " +
-                        std::to_string(p.train_loader.batch_size) + " x data.image_size " + std::to_string(p.transform.size) +
-                        " px, float32) is " + size_text(batch) + ", more than the " + size_text(static_cast<double>(info.total_memory)) +
-                        " of " + p.device.str() + " (" + info.name + "): lower train.batch_size or data.image_size");
-    }
-  }
+  check_step_memory(p, host, ring * rings);
 }
 
 // What pinfeed's own CUDA ops (model.fused_bn, model.max_pool) lack to run under this plan, "" if nothing: they
