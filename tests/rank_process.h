@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,15 +39,28 @@ struct RankExit {
   double seconds = 0;   // from start to exit
 };
 
+// What a fault test does to the ranks besides starting them.
+struct RankControl {
+  std::vector<int> absent;  // ranks never started: the others wait for them as for a launcher that failed
+  // Called about every 20 ms while ranks run, with each rank's pid (0 once it has exited or was never
+  // started): a test signals a rank from here once the run has reached the point it wants.
+  std::function<void(const std::vector<pid_t>&)> poll;
+};
+
 // Starts `argv` once per rank (stderr of rank r into log_prefix + r + ".log" when log_prefix is given), waits
-// for all of them at most `limit_s` seconds (then kills what is left: code 137), returns each rank's exit.
+// for all of them at most `limit_s` seconds (then kills what is left: code 137), returns each rank's exit
+// (a rank in control.absent: code -1).
 inline std::vector<RankExit> run_ranks(int world, const std::vector<std::string>& argv, double limit_s,
                                        const std::vector<std::string>& extra_env = {},
-                                       const std::string& log_prefix = "") {
+                                       const std::string& log_prefix = "", const RankControl& control = {}) {
   const int port = free_port();
   std::vector<pid_t> pids;
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < world; ++r) {
+    if (std::find(control.absent.begin(), control.absent.end(), r) != control.absent.end()) {
+      pids.push_back(0);
+      continue;
+    }
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
     for (const auto& kv : {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
@@ -69,8 +84,9 @@ inline std::vector<RankExit> run_ranks(int world, const std::vector<std::string>
     pids.push_back(pid);
   }
   std::vector<RankExit> exits(world);
-  int left = world;
+  int left = world - static_cast<int>(control.absent.size());
   while (left > 0) {
+    if (control.poll) control.poll(pids);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int r = 0; r < world; ++r) {
       if (pids[r] <= 0) continue;

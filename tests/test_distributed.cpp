@@ -94,21 +94,23 @@ int rank_grad_sync() {
   const std::string backend = env_or("PINFEED_TEST_BACKEND", "gloo");
   const c10::Device device = backend == "nccl" ? c10::Device(c10::kCUDA, env.local_rank) : c10::Device(c10::kCPU);
   Distributed dist(env, device, backend, std::chrono::seconds(20));
-  Mlp mlp(device);
-  dist.broadcast(mlp.params);
-  GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, env_or("PINFEED_TEST_OVERLAP", "1") == "1");
-  Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
-  const int die_after = std::atoi(env_or("PINFEED_TEST_DIE_AFTER", "0").c_str());
-  for (int step = 0; step < kSteps; ++step) {
-    if (die_after > 0 && env.rank == 1 && step == die_after) std::_Exit(9);  // as if killed
-    const auto [x, y] = global_batch(step, device);
-    sgd.zero_grad();
-    mlp.loss(x.narrow(0, env.rank * kBatch, kBatch), y.narrow(0, env.rank * kBatch, kBatch)).backward();
-    sync.finish_step();
-    sgd.step(0.1);
-  }
-  write_tensor(env_or("PINFEED_TEST_OUT", ".") + "/rank" + std::to_string(env.rank) + ".bin", flat(mlp.params));
-  return 0;
+  return dist.guard([&] {
+    Mlp mlp(device);
+    dist.broadcast(mlp.params);
+    GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, env_or("PINFEED_TEST_OVERLAP", "1") == "1");
+    Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+    const int die_after = std::atoi(env_or("PINFEED_TEST_DIE_AFTER", "0").c_str());
+    for (int step = 0; step < kSteps; ++step) {
+      if (die_after > 0 && env.rank == 1 && step == die_after) std::_Exit(9);  // as if killed
+      const auto [x, y] = global_batch(step, device);
+      sgd.zero_grad();
+      mlp.loss(x.narrow(0, env.rank * kBatch, kBatch), y.narrow(0, env.rank * kBatch, kBatch)).backward();
+      sync.finish_step();
+      sgd.step(0.1);
+    }
+    write_tensor(env_or("PINFEED_TEST_OUT", ".") + "/rank" + std::to_string(env.rank) + ".bin", flat(mlp.params));
+    return 0;
+  });
 }
 
 // Rank part: distributed validation of an untrained ResNet over PINFEED_TEST_DATA's val split; writes
@@ -231,8 +233,9 @@ TEST(DataParallel, ARankThatDiesEndsTheOtherNonZeroInBoundedTime) {
   const auto exits = test::run_ranks(2, {self_exe()}, 90, rank_env("grad_sync", out, {"PINFEED_TEST_DIE_AFTER=2"}),
                                      out + "/rank");
   EXPECT_EQ(exits[1].code, 9);
-  EXPECT_NE(exits[0].code, 0) << read_text(out + "/rank0.log");
-  EXPECT_NE(exits[0].code, 137) << "rank 0 hung until the test killed it";
+  const std::string log = read_text(out + "/rank0.log");
+  EXPECT_EQ(exits[0].code, 5) << log;  // 137: rank 0 hung until the test killed it
+  EXPECT_NE(log.find("rank 1 (host "), std::string::npos) << log;
 }
 
 // The pinfeed executable, as torchrun would start it.
@@ -259,6 +262,75 @@ TEST(DataParallel, AConfigThatDiffersBetweenRanksIsRefusedNamingTheRankAndTheOth
   EXPECT_NE(exits[0].code, 0);
   EXPECT_NE(exits[0].code, 137) << "rank 0 hung until the test killed it";
   EXPECT_NE(read_text(dir + "/rank0.log").find("rank 1"), std::string::npos) << read_text(dir + "/rank0.log");
+}
+
+int lines_with(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(what) != std::string::npos;
+  return n;
+}
+
+// Rank `victim` is killed with SIGKILL once training is under way (rank 0 has shown a step): the other rank
+// names it in one line, without c10d's stack frames, and exits 5. The bound is the run's own process limit,
+// generous for a busy machine; a survivor that hangs is killed there and reads 137.
+void expect_a_killed_rank_is_named_by_the_other(int victim) {
+  const std::string root = test::make_dataset("dp_kill_data" + std::to_string(victim), 2, 40, 2, 32);
+  const std::string dir = test::fresh_dir("dp_kill" + std::to_string(victim));
+  pid_t killed = 0;
+  test::RankControl control;
+  control.poll = [&](const std::vector<pid_t>& pids) {
+    if (killed != 0 || pids[victim] <= 0) return;
+    if (read_text(dir + "/rank0.log").find(" step ") == std::string::npos) return;
+    killed = pids[victim];
+    ::kill(killed, SIGKILL);
+  };
+  const auto exits = test::run_ranks(
+      2, {PINFEED_EXE, "train", "-c", tiny_config(dir, root), "train.epochs=5", "run.progress_interval_s=0.1"}, 60,
+      {}, dir + "/rank", control);
+  const int survivor = 1 - victim;
+  const std::string log = read_text(dir + "/rank" + std::to_string(survivor) + ".log");
+  ASSERT_NE(killed, 0) << "the run ended before it showed a step: " << log;
+  EXPECT_EQ(exits[victim].code, 128 + SIGKILL);
+  EXPECT_EQ(exits[survivor].code, 5) << log;
+  EXPECT_NE(log.find("[rank " + std::to_string(survivor) + "] error: rank " + std::to_string(victim) + " (host "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("pid " + std::to_string(killed) + ") stopped answering"), std::string::npos) << log;
+  EXPECT_EQ(lines_with(log, "error"), 1) << "one line says why: " << log;
+  EXPECT_EQ(log.find("frame #"), std::string::npos) << log;
+}
+
+TEST(DataParallel, ARankKilledMidRunIsNamedByRankZeroWhichExits5) { expect_a_killed_rank_is_named_by_the_other(1); }
+
+// Rank 0 serves the store: its death shows to the others as a store that closed.
+TEST(DataParallel, RankZeroKilledMidRunIsNamedByTheOtherWhichExits5) { expect_a_killed_rank_is_named_by_the_other(0); }
+
+// The launcher started one rank but not the other: the one started waits dist.timeout_s (5 s here), then
+// names the missing rank and exits 5.
+void expect_a_rank_that_never_starts_is_named(int absent) {
+  const std::string root = test::make_dataset("dp_absent_data" + std::to_string(absent), 2, 4, 1, 32);
+  const std::string dir = test::fresh_dir("dp_absent" + std::to_string(absent));
+  test::RankControl control;
+  control.absent = {absent};
+  const auto exits = test::run_ranks(2, {PINFEED_EXE, "train", "-c", tiny_config(dir, root), "dist.timeout_s=5"},
+                                     60, {}, dir + "/rank", control);
+  const int started = 1 - absent;
+  const std::string log = read_text(dir + "/rank" + std::to_string(started) + ".log");
+  EXPECT_EQ(exits[started].code, 5) << log;
+  EXPECT_NE(log.find("[rank " + std::to_string(started) + "] error: rank " + std::to_string(absent) +
+                     " never joined"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("dist.timeout_s = 5 s"), std::string::npos) << log;
+  EXPECT_EQ(lines_with(log, "error"), 1) << log;
+  EXPECT_EQ(log.find("frame #"), std::string::npos) << log;
+}
+
+TEST(DataParallel, ARankThatNeverStartsIsNamedByRankZeroAfterTheTimeout) { expect_a_rank_that_never_starts_is_named(1); }
+
+TEST(DataParallel, ARankZeroThatNeverStartsIsNamedByTheOthersAfterTheTimeout) {
+  expect_a_rank_that_never_starts_is_named(0);
 }
 
 std::vector<fs::path> sorted_files(const fs::path& dir) {
@@ -384,6 +456,9 @@ int main(int argc, char** argv) {
     try {
       if (std::string(part) == "grad_sync") return pinfeed::app::rank_grad_sync();
       if (std::string(part) == "eval") return pinfeed::app::rank_eval();
+    } catch (const pinfeed::app::PeerFailed& e) {
+      std::fprintf(stderr, "rank stopped: %s\n", e.what());
+      return 5;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rank failed: %s\n", e.what());
       return 1;
