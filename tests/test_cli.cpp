@@ -3,6 +3,8 @@
 // temporary directory (its relative paths land there).
 #include <gtest/gtest.h>
 
+#include "run_exe.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,17 +18,7 @@
 
 namespace {
 namespace fs = std::filesystem;
-
-struct Outcome {
-  int code = -1;  // exit code, or -signal
-  std::string output;  // stdout and stderr
-};
-
-std::string quoted(const std::string& arg) {  // one shell word, whatever it holds (newlines included)
-  std::string out = "'";
-  for (const char ch : arg) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
+using pinfeed::test::Outcome;
 
 class Cli : public ::testing::Test {
  protected:
@@ -50,19 +42,7 @@ class Cli : public ::testing::Test {
     return path;
   }
 
-  Outcome pinfeed(const std::vector<std::string>& args) {
-    std::string command = "cd " + quoted(dir_.string()) + " && exec " + quoted(PINFEED_EXE);
-    for (const auto& a : args) command += " " + quoted(a);
-    command += " 2>&1 </dev/null";
-    Outcome r;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (!pipe) return r;
-    char buffer[4096];
-    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
-    const int status = ::pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
-    return r;
-  }
+  Outcome pinfeed(const std::vector<std::string>& args) { return pinfeed::test::run_exe(PINFEED_EXE, dir_.string(), args); }
 
   Outcome train_with(const std::string& override_arg) { return pinfeed({"train", "-c", config_, override_arg}); }
 

@@ -3,6 +3,8 @@
 // Built twice: on the CPU (label cpu), and with PINFEED_EVAL_DEVICE "cuda" (label gpu; skipped without CUDA).
 #include <gtest/gtest.h>
 
+#include "run_exe.h"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,30 +23,10 @@
 
 namespace {
 namespace fs = std::filesystem;
-
-struct Outcome {
-  int code = -1;       // exit code, or -signal
-  std::string output;  // stdout and stderr
-};
-
-std::string quoted(const std::string& arg) {
-  std::string out = "'";
-  for (const char ch : arg) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
+using pinfeed::test::Outcome;
 
 Outcome pinfeed(const std::vector<std::string>& args, bool with_stderr = true) {
-  std::string command = "exec " + quoted(PINFEED_EXE);
-  for (const auto& a : args) command += " " + quoted(a);
-  command += with_stderr ? " 2>&1 </dev/null" : " 2>/dev/null </dev/null";
-  Outcome r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
-  return r;
+  return pinfeed::test::run_exe(PINFEED_EXE, "", args, with_stderr);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {

@@ -4,6 +4,8 @@
 // run.json, run.log and its own config. Tiny CPU runs on generated data: one step per epoch.
 #include <gtest/gtest.h>
 
+#include "run_exe.h"
+
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
@@ -20,17 +22,7 @@
 
 namespace {
 namespace fs = std::filesystem;
-
-struct Outcome {
-  int code = -1;       // exit code, or -signal
-  std::string output;  // stdout and stderr
-};
-
-std::string quoted(const std::string& arg) {
-  std::string out = "'";
-  for (const char ch : arg) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
+using pinfeed::test::Outcome;
 
 std::string text_of(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -54,19 +46,7 @@ class CliRuns : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Outcome pinfeed(const std::vector<std::string>& args) {
-    std::string command = "cd " + quoted(dir_.string()) + " && exec " + quoted(PINFEED_EXE);
-    for (const auto& a : args) command += " " + quoted(a);
-    command += " 2>&1 </dev/null";
-    Outcome r;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (!pipe) return r;
-    char buffer[4096];
-    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
-    const int status = ::pclose(pipe);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1;
-    return r;
-  }
+  Outcome pinfeed(const std::vector<std::string>& args) { return pinfeed::test::run_exe(PINFEED_EXE, dir_.string(), args); }
 
   Outcome train(std::vector<std::string> args) {
     args.insert(args.begin(), {"train", "-c", "tiny.toml"});
