@@ -1,6 +1,7 @@
 #include "model/resnet.h"
 
 #include "model/batch_norm.h"
+#include "model/conv_fork.h"
 #include "model/max_pool.h"
 
 #include <ATen/ops/constant_pad_nd.h>
@@ -31,8 +32,8 @@ torch::Tensor bn_add_relu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x
 
 }  // namespace
 
-BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn)
-    : fused_bn_(fused_bn) {
+BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn, bool fold_grad_add)
+    : fused_bn_(fused_bn), fold_grad_add_(fold_grad_add) {
   const int64_t out_planes = planes * kExpansion;
   conv1 = register_module("conv1", conv(in_planes, planes, 1, 1));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
@@ -48,18 +49,25 @@ BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
-  torch::Tensor out = bn_add_relu(*bn1, conv1(x), {}, true, fused_bn_);
+  torch::Tensor out, identity = x;
+  if (fold_grad_add_ && is_training()) {  // conv1 (1x1, stride 1) and the residual path share one backward node
+    ConvFork fork = conv1x1_fork(x, conv1->weight);
+    out = std::move(fork.conv);
+    identity = std::move(fork.input);
+  } else {
+    out = conv1(x);
+  }
+  out = bn_add_relu(*bn1, out, {}, true, fused_bn_);
   out = bn_add_relu(*bn2, conv2(out), {}, true, fused_bn_);
-  torch::Tensor identity = x;
   if (downsample) {  // downsample.0 (conv) and downsample.1 (BN), called one by one so that the BN can be fused
-    identity = downsample[0]->as<torch::nn::Conv2d>()->forward(x);
+    identity = downsample[0]->as<torch::nn::Conv2d>()->forward(identity);
     identity = bn_add_relu(*downsample[1]->as<torch::nn::BatchNorm2d>(), identity, {}, false, fused_bn_);
   }
   return bn_add_relu(*bn3, conv3(out), identity, true, fused_bn_);
 }
 
 ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
-    : fused_bn_(options.fused_bn), stem_max_pool_(options.stem_max_pool) {
+    : fused_bn_(options.fused_bn), stem_max_pool_(options.stem_max_pool), fold_grad_add_(options.fold_grad_add) {
   conv1 = register_module("conv1", conv(3, 64, 7, 2));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
   layer1 = register_module("layer1", make_layer(64, layers[0], 1));
@@ -73,7 +81,7 @@ ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
 torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
   torch::nn::Sequential layer;
   for (int64_t i = 0; i < blocks; ++i) {
-    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1, fused_bn_));
+    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1, fused_bn_, fold_grad_add_));
     in_planes_ = planes * BottleneckImpl::kExpansion;
   }
   return layer;

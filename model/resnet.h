@@ -24,13 +24,16 @@ struct ResNetOptions {
   // In training, the stem's max pool by pinfeed's kernels (model/max_pool.h): CUDA tensors. The same values and
   // gradients as ATen's, fewer bytes moved (model.max_pool).
   bool stem_max_pool = false;
+  // In training, each block's input gradient summed inside its first convolution's data gradient
+  // (model/conv_fork.h) instead of by a separate add: channels_last tensors (model.fold_grad_add).
+  bool fold_grad_add = false;
 };
 
 class BottleneckImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
 
-  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn = false);
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn = false, bool fold_grad_add = false);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
@@ -38,7 +41,7 @@ class BottleneckImpl : public torch::nn::Module {
   torch::nn::Sequential downsample{nullptr};  // conv 1x1 + BN when shape changes, else empty
 
  private:
-  bool fused_bn_;
+  bool fused_bn_, fold_grad_add_;
 };
 TORCH_MODULE(Bottleneck);
 
@@ -60,7 +63,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::Tensor stem_conv(const torch::Tensor& x);
   void init_weights(bool zero_init_residual);
   int64_t in_planes_ = 64;
-  bool fused_bn_, stem_max_pool_;
+  bool fused_bn_, stem_max_pool_, fold_grad_add_;
 };
 TORCH_MODULE(ResNet);
 

@@ -5,6 +5,7 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
 
+#include "model/conv_fork.h"
 #include "model/resnet.h"
 
 namespace pinfeed::model {
@@ -58,6 +59,62 @@ TEST(ResNet50, AZeroFourthChannelGivesTheThreeChannelOutputAndGradient) {
   EXPECT_TRUE(at::allclose(outputs[1], outputs[0], 1e-9, 1e-9));
   EXPECT_TRUE(at::allclose(grads[1], grads[0], 1e-9, 1e-9)) << (grads[1] - grads[0]).abs().max().item<double>()
                                                             << " of " << grads[0].abs().max().item<double>();
+}
+
+// Equal up to summation order in float64: within 1e-9 of the largest magnitude.
+bool same_up_to_order(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() <= 1e-9 * b.abs().max().item<double>() + 1e-12;
+}
+
+// model.fold_grad_add: each block input's two gradients summed inside conv1's data gradient. The same outputs,
+// gradients and BN statistics as autograd's separate add, channels_last (the in-place GEMM) or not (the fallback).
+TEST(ResNet50, FoldedGradientSumGivesTheSameGradients) {
+  for (const bool channels_last : {true, false}) {
+    ResNet models[2] = {resnet50({6, false}), resnet50({6, false, false, false, /*fold_grad_add=*/true})};
+    for (auto& m : models) m->to(at::kDouble);
+    {
+      torch::NoGradGuard no_grad;
+      const auto from = models[0]->named_parameters();
+      for (auto& p : models[1]->named_parameters()) p.value().copy_(from[p.key()]);
+    }
+    at::Tensor x = at::randn({3, 3, 32, 32}, at::kDouble);
+    if (channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor weights = at::randn({3, 6}, at::kDouble);
+    at::Tensor outputs[2], input_grads[2];
+    for (int k = 0; k < 2; ++k) {
+      const at::Tensor xk = x.clone().requires_grad_(true);
+      outputs[k] = models[k]->forward(xk);
+      (outputs[k] * weights).sum().backward();
+      input_grads[k] = xk.grad();
+    }
+    EXPECT_TRUE(same_up_to_order(outputs[1], outputs[0]));
+    EXPECT_TRUE(same_up_to_order(input_grads[1], input_grads[0]));
+    const auto reference = models[0]->named_parameters();
+    for (const auto& p : models[1]->named_parameters()) {
+      const at::Tensor& want = reference[p.key()].grad();
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      EXPECT_TRUE(same_up_to_order(p.value().grad(), want))
+          << p.key() << (channels_last ? " channels_last: " : ": ")
+          << (p.value().grad() - want).abs().max().item<double>() << " of " << want.abs().max().item<double>();
+    }
+    const auto stats = models[0]->named_buffers();
+    for (const auto& b : models[1]->named_buffers()) {
+      EXPECT_TRUE(same_up_to_order(b.value().to(at::kDouble), stats[b.key()].to(at::kDouble))) << b.key();
+    }
+  }
+}
+
+TEST(ConvFork, TheInputPassesThroughAndBothGradientsReachIt) {
+  const at::Tensor x = at::randn({2, 4, 3, 3}, at::kDouble).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+  const at::Tensor w = at::randn({5, 4, 1, 1}, at::kDouble).requires_grad_(true);
+  const ConvFork fork = conv1x1_fork(x, w);
+  EXPECT_TRUE(at::equal(fork.input, x));
+  EXPECT_EQ(fork.conv.sizes(), (std::vector<int64_t>{2, 5, 3, 3}));
+  // The residual path's gradient arrives as a fresh tensor (as a BN's or a convolution's backward gives it).
+  (fork.conv.sum() + (fork.input * 3).sum()).backward();
+  const at::Tensor want = w.sum(0).view({1, 4, 1, 1}).expand_as(x) + 3;
+  EXPECT_TRUE(at::allclose(x.grad(), want, 1e-12, 1e-12)) << x.grad() - want;
+  EXPECT_TRUE(at::allclose(w.grad().view({5, 4}), x.sum({0, 2, 3}).unsqueeze(0).expand({5, 4}), 1e-12, 1e-12));
 }
 
 TEST(ResNet50, ZeroInitResidualZeroesEachBlocksLastBn) {

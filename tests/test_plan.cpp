@@ -67,6 +67,13 @@ TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {
   EXPECT_NE(bad.find("model.fused_bn"), std::string::npos) << bad;
 }
 
+TEST(Plan, FoldedGradientSumsFollowTheFusedBatchNormUnlessAskedFor) {
+  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).fold_grad_add);  // auto: with the fused BN
+  EXPECT_TRUE(resolve_plan(cpu_config({"train.channels_last=true", "model.fold_grad_add=\"on\""})).fold_grad_add);
+  const auto e = plan_error(cpu_config({"model.fold_grad_add=\"on\""}));
+  EXPECT_NE(e.find("model.fold_grad_add = \"on\" needs train.channels_last = true"), std::string::npos) << e;
+}
+
 TEST(Plan, PaddedFloat16InputIsOffWhereItCannotRunUnlessAskedFor) {
   for (const auto& overrides : std::vector<std::vector<std::string>>{
            {"train.channels_last=true", "pipeline.transfer_dtype=\"uint8\""}, {"model.pad_input=\"off\""}}) {

@@ -162,7 +162,8 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"}, {"gpu_decode_share", plan.transform.gpu_share},
             {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
             {"repeats", a.repeats}, {"trace_steps", a.trace_steps}, {"cuda_graph", plan.cuda_graph},
-            {"fused_bn", plan.fused_bn}, {"stem_max_pool", plan.stem_max_pool}};
+            {"fused_bn", plan.fused_bn}, {"stem_max_pool", plan.stem_max_pool},
+            {"fold_grad_add", plan.fold_grad_add}};
   if (plan.device.is_cuda()) {
     const auto info = gpu::device_info(plan.device.index());
     m["gpu"] = info.name;

@@ -197,6 +197,7 @@ const std::vector<Key>& keys() {
       key("model.zero_init_residual", &C::model, &ModelConfig::zero_init_residual, "zero-init each block's last BN (Goyal et al. 2017)"),
       key("model.max_pool", &C::model, &ModelConfig::max_pool, "the stem's max pool in training: auto (pinfeed's on CUDA + channels_last, else ATen's) | pinfeed (its own kernels: one-byte argmax, gathering backward; the same values as ATen's, 5% faster step) | aten", one_of({"auto", "pinfeed", "aten"})),
       key("model.pad_input", &C::model, &ModelConfig::pad_input, "the model's input made fp16 with a zero fourth channel on the GPU (the 7x7 stem convolution runs faster on 4 channels than on 3): auto (on for CUDA + channels_last + fp16 + uint8 pixels) | on | off", one_of({"auto", "on", "off"})),
+      key("model.fold_grad_add", &C::model, &ModelConfig::fold_grad_add, "in training, the two gradients at each block's input summed by conv1's data-gradient GEMM as it writes, not by a separate add: auto (on where model.fused_bn is) | on (needs train.channels_last) | off", one_of({"auto", "on", "off"})),
       key("model.fused_bn", &C::model, &ModelConfig::fused_bn, "BN, BN + ReLU and BN + add + ReLU as one cuDNN op each in training: auto (on for CUDA + channels_last + bf16/fp16) | on | off (ATen's separate ops)", one_of({"auto", "on", "off"})),
       key("train.epochs", &C::train, &TrainConfig::epochs, "epochs to train", between(1, 1'000'000)),
       key("train.batch_size", &C::train, &TrainConfig::batch_size, "samples per step (per rank)", between(1, kMaxBatchSize)),

@@ -49,6 +49,7 @@ struct ModelConfig {
   std::string fused_bn = "auto";  // auto | on | off: model/batch_norm.h in training (auto: CUDA, channels_last, bf16/fp16)
   std::string max_pool = "auto";  // auto | pinfeed | aten: the stem's max pool in training (pinfeed: model/max_pool.h)
   std::string pad_input = "auto";  // auto | on | off: the input as fp16 RGB + a zero channel (model/resnet.h)
+  std::string fold_grad_add = "auto";  // auto | on | off: block-input gradient sums inside a GEMM (model/conv_fork.h)
 };
 
 struct TrainConfig {

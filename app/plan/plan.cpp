@@ -204,6 +204,19 @@ bool resolve_stem_max_pool(const Plan& p) {
                     "; set \"auto\" to fall back to ATen's");
 }
 
+// model.fold_grad_add: the GEMM reads channels_last memory as rows. "auto" takes it with the fused BN, where it
+// was measured (the step it belongs to); on the CPU it works but was not measured.
+bool resolve_fold_grad_add(const Plan& p) {
+  const Config& c = p.config;
+  if (c.model.fold_grad_add == "off") return false;
+  if (c.model.fold_grad_add == "auto") return p.fused_bn;
+  if (!p.channels_last) {
+    throw ConfigError(location_of(c, "model.fold_grad_add") +
+                      ": model.fold_grad_add = \"on\" needs train.channels_last = true; set \"auto\" or \"off\"");
+  }
+  return true;
+}
+
 // model.pad_input: the feeder writes the model's input as fp16 RGB and a zero fourth channel. It does so where
 // it normalises uint8 pixels on the GPU (transfer_dtype uint8 or the GPU decoder), and only fp16 gains from it
 // (cuDNN's bf16 stem is as slow with 4 channels as with 3).
@@ -248,6 +261,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   }
   p.fused_bn = resolve_fused_bn(p);
   p.stem_max_pool = resolve_stem_max_pool(p);
+  p.fold_grad_add = resolve_fold_grad_add(p);
   // The device's current stream, named by its index: the same whether or not the device is the current one yet
   // (use_plan_device, after resolving).
   if (p.device.is_cuda()) p.compute_stream = gpu::current_stream(p.device);

@@ -35,6 +35,7 @@ struct Plan {
   std::optional<LossScalerOptions> loss_scaling;  // fp16: dynamic loss scaling; nullopt: none
   bool fused_bn = false;  // model.fused_bn resolved: cuDNN's fused BatchNorm in training
   bool stem_max_pool = false;  // model.max_pool resolved: pinfeed's max pool kernels in training
+  bool fold_grad_add = false;  // model.fold_grad_add resolved: block-input gradients summed inside a GEMM
   bool channels_last = false;
   bool cuda_graph = false;
   bool cudnn_benchmark = true;

@@ -42,7 +42,8 @@ StepRunner::StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist)
     : dist_(dist && dist->active() ? dist : nullptr), device_(plan.device), stream_(plan.compute_stream), autocast_(plan.autocast),
       label_smoothing_(plan.config.train.label_smoothing), graphed_(plan.device.is_cuda() && plan.cuda_graph) {
   at::manual_seed(static_cast<uint64_t>(plan.config.train.seed));
-  model_ = model::resnet50({num_classes, plan.config.model.zero_init_residual, plan.fused_bn, plan.stem_max_pool});
+  model_ = model::resnet50(
+      {num_classes, plan.config.model.zero_init_residual, plan.fused_bn, plan.stem_max_pool, plan.fold_grad_add});
   model_->to(device_);
   if (plan.channels_last) {
     at::NoGradGuard no_grad;
