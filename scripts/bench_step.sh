@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The training step against its Python peers, side by side in one run (docs/training-step.md): ResNet-50 with
 # the batch already on the GPU (gpu_resident: the compute ceiling), channels_last, SGD momentum, a CUDA graph for
-# pinfeed; pinfeed with its own kernels (fused BatchNorm, stem max pool; in fp16 the input padded to 4 channels,
+# pinfeed; pinfeed with its own kernels (fused BatchNorm, stem max pool, gradient sums in GEMMs; in fp16 the input padded to 4 channels,
 # model.pad_input) and with ATen's, torchvision eager and
 # torchvision + torch.compile, each in bf16 and fp16 (loss scaling). Then the table (scripts/step_table.py) into OUT_DIR/table.md.
 #   usage: scripts/bench_step.sh OUT_DIR
@@ -53,9 +53,9 @@ for p in $precisions; do
   [[ " $parts " == *" eager "* ]] &&
     add "torchvision eager, $p" "$out/torch-eager-$p.json" python_row "torch-eager-$p" --precision "$p"
   [[ " $parts " == *" unfused "* ]] &&
-    add "pinfeed, ATen's BatchNorm and max pool, $p" "$out/pinfeed-unfused-$p/bench.json" pinfeed_row "pinfeed-unfused-$p" "train.precision=$p" model.fused_bn=off model.max_pool=aten model.pad_input=off
+    add "pinfeed, ATen's BatchNorm and max pool, $p" "$out/pinfeed-unfused-$p/bench.json" pinfeed_row "pinfeed-unfused-$p" "train.precision=$p" model.fused_bn=off model.max_pool=aten model.pad_input=off model.fold_grad_add=off
   [[ " $parts " == *" pinfeed "* ]] &&
-    add "pinfeed, fused BatchNorm and own max pool$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" "$out/pinfeed-$p/bench.json" \
+    add "pinfeed, fused BatchNorm, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" "$out/pinfeed-$p/bench.json" \
       pinfeed_row "pinfeed-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed
 done
 (( ${#rows[@]} )) || { echo "[bench_step] no row ran" >&2; exit 1; }
