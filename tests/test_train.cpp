@@ -3,7 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <condition_variable>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "app/run/metrics.h"
 #include "app/run/signals.h"
 #include "app/train/trainer.h"
+#include "data/error.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -191,6 +195,40 @@ TEST(Train, AStopBeforeTheFirstStepSavesNothing) {
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_stop_early_runs"), 1)), {}, stop);
   EXPECT_TRUE(r.interrupted);
   EXPECT_FALSE(fs::exists(fs::path(r.run_dir) / "last.pt"));
+}
+
+// A sample that never finishes loading (a read that never returns) ends the run naming its file, with the steps
+// already run saved: last.pt at the step the input stopped, and the epoch before it still complete in metrics.
+TEST(Train, AStuckSampleEndsTheRunWithTheStepsSoFarSaved) {
+  const std::string root = test::make_dataset("train_stuck", 2, 24, 1, 32);  // 48 images: 3 steps of 16
+  Plan plan = resolve_plan(tiny_config(root, test::fresh_dir("train_stuck_runs"), 2));
+  plan.train_loader.sample_timeout_s = 0.5;
+  // Shared with the worker, which is left running (detached) when the run ends and may wake after this test.
+  struct Gate {
+    std::mutex mutex;
+    std::condition_variable released;
+    bool open = false;
+    int loads = 0;
+  };
+  auto gate = std::make_shared<Gate>();
+  // The 89th sample loaded: in the second epoch's third batch (48 + 2 x 16 < 89 <= 48 + 3 x 16).
+  plan.train_loader.before_load = [gate](int64_t) {
+    std::unique_lock<std::mutex> lock(gate->mutex);
+    if (++gate->loads == 89) gate->released.wait(lock, [&] { return gate->open; });
+  };
+  StopRequest stop;
+  const std::string message = test::message_of<data::StuckSample>([&] { train(plan, {}, stop); });
+  {
+    std::lock_guard<std::mutex> lock(gate->mutex);
+    gate->open = true;
+  }
+  gate->released.notify_all();
+  EXPECT_NE(message.find("data.sample_timeout_s = 0.5"), std::string::npos) << message;
+  fs::path run;
+  for (const auto& e : fs::directory_iterator(plan.config.run.dir)) run = e.path();
+  const Checkpoint ck = load_checkpoint((run / "last.pt").string());
+  EXPECT_EQ(ck.epoch, 1);  // in the second epoch (0-based), after the 2 steps its input allowed
+  EXPECT_EQ(ck.step_in_epoch, 2);
 }
 
 // Eager step on the CPU: a run stopped as by Ctrl-C after each of `stops` steps (of that process) and resumed

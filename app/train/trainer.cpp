@@ -205,7 +205,16 @@ class Training {
     training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
     for (int64_t epoch = start_epoch; epoch < config_.train.epochs; ++epoch) {
       const auto t0 = Clock::now();
-      EpochProgress p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
+      EpochProgress p;
+      try {
+        p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
+      } catch (const data::StuckSample&) {  // the loader names the file; the steps run so far are kept
+        save_before_stuck_input(out, epoch, "stopping");
+        throw;
+      } catch (const data::Interrupted&) {  // Ctrl-C while no batch came (a stuck read)
+        save_before_stuck_input(out, epoch, "interrupted");
+        throw;
+      }
       if (dist_.any(p.stopped || stop_.requested())) {  // every rank leaves here together
         record_bad_images(out);
         const EpochSoFar so_far = epoch_so_far();
@@ -357,6 +366,30 @@ class Training {
     for (const data::BadImage& b : train) train_bad_.insert(b.path);
   }
 
+  // The run ends while the input pipeline holds a batch back (a sample stuck past data.sample_timeout_s, or a stop
+  // asked for while waiting on one): the model is whole after the steps already run, so with one process they are
+  // saved as at any stop. With several ranks the others sit in a collective this one will not join: the rank
+  // heartbeat names it there, and the last checkpoint written is kept.
+  void save_before_stuck_input(RunOutputs* out, int64_t epoch, const std::string& why) noexcept {
+    const int64_t pending = epoch_steps_run_ - epoch_steps_done_;  // run on the device, not yet resolved
+    global_step_ += pending;
+    steps_here_ += pending;
+    if (!out || dist_.active() || steps_here_ == 0 || epoch_steps_run_ == 0) return;
+    try {
+      if (const std::string bad = runner_.first_non_finite(); !bad.empty()) {
+        log::warn(why + ": " + bad + " is no longer finite: nothing saved, the last checkpoint written is kept");
+        return;
+      }
+      record_bad_images(out);
+      save(*out, epoch, epoch_steps_run_, epoch_so_far());
+      log::warn(why + ": saved " + out->path("last.pt") + " at epoch " + std::to_string(epoch + 1) + " step " +
+                std::to_string(epoch_steps_run_) + "; once the file named below reads again (replaced in place: a "
+                "resume refuses a changed image count), continue with --resume " + out->path("last.pt"));
+    } catch (const std::exception& e) {
+      log::warn(why + ": could not save a checkpoint (" + e.what() + "); the last one written is kept");
+    }
+  }
+
   double train_loss() {  // the epoch's mean over every rank's steps
     at::Tensor sum = losses_.sum().to(at::kDouble).reshape({1});
     dist_.all_reduce_sum(sum);
@@ -389,12 +422,14 @@ class Training {
     int64_t rate_samples = 0;
     const bool log_steps = out && config_.run.log_steps;  // rank 0 writes steps.jsonl
     if (log_steps) step_losses_.start_epoch(steps_per_epoch_, first);
+    epoch_steps_run_ = epoch_steps_done_ = first;
     const StepLoopResult r = run_steps(
         train_feed_, meter_, loop,
         [&](const pipeline::DeviceBatch& batch, int64_t step) {
           p.lr = learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
           const at::Tensor loss = runner_.train_step(batch.images, batch.labels, p.lr);
           losses_.add(loss);
+          epoch_steps_run_ = step + 1;
           if (log_steps) step_losses_.add(step, loss, p.lr);
         },
         [&](const pipeline::DeviceBatch& batch, int64_t step) {
@@ -402,7 +437,7 @@ class Training {
           if (log_steps) out->steps(epoch, step_losses_.join(std::move(records)));
           ++global_step_;
           if (++steps_here_ == stop_after_steps_) stop_.request();
-          p.step = step + 1;
+          p.step = epoch_steps_done_ = step + 1;
           rate_samples += batch.size;
           if (dist_.is_main() && progress_.due()) {
             show_progress(epoch, p, rate_samples / seconds_since(rate_t0));
@@ -493,6 +528,9 @@ class Training {
   int64_t global_step_ = 0;
   int64_t stop_after_steps_ = 0;  // TrainArgs::stop_after_steps
   int64_t steps_here_ = 0;        // steps this process has run
+  // Steps of the current epoch handed to the device, and those whose results came back (fewer by the steps
+  // run ahead, pipeline.max_steps_ahead): a checkpoint taken when the input stops holds the first.
+  int64_t epoch_steps_run_ = 0, epoch_steps_done_ = 0;
   std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
   std::unordered_set<std::string> train_bad_;  // rank 0: the training set's bad files found by any rank
   std::unique_ptr<StepTrace> trace_;  // run.trace_steps, rank 0
