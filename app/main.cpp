@@ -203,9 +203,8 @@ static int exit_code(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const data::Interrupted& e) {
-    // A stop came while no batch could come (a stuck read or decode): the step loop never reached a step
-    // boundary to save at, so the last checkpoint written stays the one to resume from.
-    log::error(std::string(e.what()) + "; the last checkpoint written is kept");
+    // A stop came while no batch could come (a stuck read or decode); training has said what it saved.
+    log::error(e.what());
     return app::kExitInterrupted;
   } catch (const app::PeerFailed& e) {
     log::error(e.what());

@@ -34,8 +34,7 @@ class EventFence : public data::Fence {
 Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
                PipelineOptions options, FeederOptions feeder_options)
     : options_(options), feeder_options_(feeder_options), cuda_(feeder_options.device.is_cuda()) {
-  const std::string problem = check_options(options_, cuda_);
-  if (!problem.empty()) throw std::invalid_argument(problem);
+  if (const OptionsProblem problem = check_options(options_, cuda_)) throw std::invalid_argument(problem.message);
   if (cuda_ && !feeder_options_.compute_stream) throw std::invalid_argument("Feeder on CUDA needs its compute stream");
   const bool u8_pixels = dataset->transform().format == data::PixelFormat::kUint8Hwc;
   if (u8_pixels != (options_.transfer_dtype == TransferDtype::kUint8)) {

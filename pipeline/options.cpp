@@ -42,22 +42,32 @@ std::string mode_name(const PipelineOptions& o) {
   return "custom";
 }
 
-std::string check_options(const PipelineOptions& o, bool device_is_cuda) {
+OptionsProblem check_options(const PipelineOptions& o, bool device_is_cuda) {
   if (!device_is_cuda) {
-    if (o.pin_memory) return "pipeline.pin_memory = true needs a CUDA device (train.device resolved to cpu)";
-    if (o.non_blocking) return "pipeline.non_blocking = true needs a CUDA device (train.device resolved to cpu)";
+    if (o.pin_memory) {
+      return {"pipeline.pin_memory", "pipeline.pin_memory = true needs a CUDA device (train.device resolved to cpu)"};
+    }
+    if (o.non_blocking) {
+      return {"pipeline.non_blocking",
+              "pipeline.non_blocking = true needs a CUDA device (train.device resolved to cpu)"};
+    }
     if (o.prefetch != Prefetch::kNone) {
-      return "pipeline.prefetch = \"dual_stream\" needs a CUDA device (train.device resolved to cpu)";
+      return {"pipeline.prefetch",
+              "pipeline.prefetch = \"dual_stream\" needs a CUDA device (train.device resolved to cpu)"};
     }
   }
   if (o.prefetch == Prefetch::kDualStream && !o.pin_memory) {
-    return "pipeline.prefetch = \"dual_stream\" needs pipeline.pin_memory = true: a copy from pageable memory "
-           "cannot overlap with compute";
+    return {"pipeline.prefetch",
+            "pipeline.prefetch = \"dual_stream\" needs pipeline.pin_memory = true: a copy from pageable memory "
+            "cannot overlap with compute"};
   }
   if (o.prefetch == Prefetch::kDualStream && !o.non_blocking) {
-    return "pipeline.prefetch = \"dual_stream\" issues asynchronous copies; it needs pipeline.non_blocking = true";
+    return {"pipeline.prefetch",
+            "pipeline.prefetch = \"dual_stream\" issues asynchronous copies; it needs pipeline.non_blocking = true"};
   }
-  if (o.pinned_budget_mb < 0) return "pipeline.pinned_budget_mb must be >= 0 (0 means 30% of RAM)";
+  if (o.pinned_budget_mb < 0) {
+    return {"pipeline.pinned_budget_mb", "pipeline.pinned_budget_mb must be >= 0 (0 means 30% of RAM)"};
+  }
   return {};
 }
 

@@ -37,8 +37,15 @@ void apply_preset(const ModePreset& preset, PipelineOptions& options);
 // The preset these flags amount to, or "custom".
 std::string mode_name(const PipelineOptions& options);
 
-// Empty when the combination can run on this device; else a message naming the flag at fault.
-std::string check_options(const PipelineOptions& options, bool device_is_cuda);
+// Why a combination of flags cannot run on a device: the key at fault (the one to change) and the message.
+struct OptionsProblem {
+  std::string key;      // e.g. "pipeline.prefetch"; empty when there is no problem
+  std::string message;  // names the flags involved
+  explicit operator bool() const { return !key.empty(); }
+};
+
+// The one place the transfer flags' rules live: none (false) when the combination can run on this device.
+OptionsProblem check_options(const PipelineOptions& options, bool device_is_cuda);
 
 const char* to_string(Prefetch p);
 const char* to_string(TransferDtype d);

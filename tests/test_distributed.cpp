@@ -124,7 +124,7 @@ int rank_eval() {
   Distributed dist(env, plan.device, plan.dist_backend, std::chrono::seconds(20));
   auto val = std::make_shared<data::Dataset>(data::scan_image_folder(plan.data_root, "val"), plan.transform, false,
                                              plan.on_bad_image);
-  StepRunner runner(plan, 3, &dist);
+  StepRunner runner(step_options(plan), 3, &dist);
   pipeline::Feeder feed(val, plan.val_loader, plan.pipeline, plan.feeder);
   const EvalResult r = evaluate(runner, feed, &dist);
   std::ofstream(env_or("PINFEED_TEST_OUT", ".") + "/eval" + std::to_string(env.rank) + ".txt")

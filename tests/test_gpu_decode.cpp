@@ -145,7 +145,9 @@ void expect_gpu_decoding_feeder_matches_the_cpu_one(bool pad) {
       while (auto b = feeder.next()) {
         EXPECT_EQ(b->images.scalar_type(), fo.input_dtype);
         EXPECT_EQ(b->images.size(1), fo.input_channels);
-        if (pad) EXPECT_EQ(b->images.select(1, 3).abs().sum().item<float>(), 0.f);
+        if (pad) {
+          EXPECT_EQ(b->images.select(1, 3).abs().sum().item<float>(), 0.f);
+        }
         images[on_gpu].push_back(b->images.narrow(1, 0, 3).cpu().to(at::kFloat));
         labels[on_gpu].push_back(b->labels.cpu());
         bad[on_gpu] += b->bad_images;

@@ -46,7 +46,8 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const auto [images, labels] = random_batches(3);
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
-    StepRunner eager(resolve_plan(config(false, precision)), 10), graphed(resolve_plan(config(true, precision)), 10);
+    StepRunner eager(step_options(resolve_plan(config(false, precision))), 10),
+        graphed(step_options(resolve_plan(config(true, precision))), 10);
     for (int i = 0; i < 6; ++i) {
       const double a = eager.train_step(images[i], labels[i], 0.05).item<double>();
       const double b = graphed.train_step(images[i], labels[i], 0.05).item<double>();
@@ -72,8 +73,8 @@ TEST(GpuTrain, CudaGraphIsCapturedWhileTheCopierDecodesWithNvjpeg) {
   const Plan graph_plan = resolve_plan(make_config(true));
   ASSERT_TRUE(graph_plan.transform.gpu_decode && graph_plan.cuda_graph);
   const Datasets sets = open_datasets(graph_plan, false);
-  StepRunner eager(resolve_plan(make_config(false)), sets.num_classes);
-  StepRunner graphed(graph_plan, sets.num_classes);
+  StepRunner eager(step_options(resolve_plan(make_config(false))), sets.num_classes);
+  StepRunner graphed(step_options(graph_plan), sets.num_classes);
   pipeline::Feeder feeder(sets.train, graph_plan.train_loader, graph_plan.pipeline, graph_plan.feeder);
   int steps = 0;
   for (int64_t epoch = 0; epoch < 2; ++epoch) {  // the second epoch's first batches decoded during the first's
@@ -144,12 +145,12 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     const Plan plan = resolve_plan(config(true, precision));
     std::vector<at::Tensor> whole_losses, split_losses;
-    StepRunner whole(plan, 10);
+    StepRunner whole(step_options(plan), 10);
     for (int i = 0; i < 6; ++i) whole_losses.push_back(whole.train_step(images[i], labels[i], 0.05).clone());
-    StepRunner first(plan, 10);
+    StepRunner first(step_options(plan), 10);
     for (int i = 0; i < 3; ++i) split_losses.push_back(first.train_step(images[i], labels[i], 0.05).clone());
     const Checkpoint ck = make_checkpoint(first, plan.config, 0, 3, 3, RunShape{1, 16, 96, 6});
-    StepRunner resumed(plan, 10);
+    StepRunner resumed(step_options(plan), 10);
     restore_checkpoint(resumed, ck);
     for (int i = 3; i < 6; ++i) split_losses.push_back(resumed.train_step(images[i], labels[i], 0.05).clone());
     ASSERT_TRUE(whole.graphed() && resumed.graphed());
@@ -189,7 +190,8 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
     const Plan unfused_plan = resolve_plan(config(false, precision, "[model]\nfused_bn = \"off\"\n"));
     ASSERT_TRUE(fused_plan.fused_bn);
     ASSERT_FALSE(unfused_plan.fused_bn);
-    StepRunner fused(fused_plan, 10), unfused(unfused_plan, 10);  // same seed: same initial weights
+    // same seed: same initial weights
+    StepRunner fused(step_options(fused_plan), 10), unfused(step_options(unfused_plan), 10);
     auto statistics = [](StepRunner& r) {
       std::map<std::string, at::Tensor> out;
       for (const auto& item : r.model()->named_buffers()) out[item.key()] = item.value().detach().clone();
@@ -237,7 +239,7 @@ TEST(GpuTrain, Fp16OverflowSkipsTheStepAndHalvesTheLossScale) {
   const auto [images, labels] = random_batches(9);
   for (const bool graph : {false, true}) {
     SCOPED_TRACE(graph ? "graphed" : "eager");
-    StepRunner runner(resolve_plan(config(graph, "fp16", "loss_scale_init = 1e30\n")), 10);
+    StepRunner runner(step_options(resolve_plan(config(graph, "fp16", "loss_scale_init = 1e30\n"))), 10);
     ASSERT_NE(runner.loss_scaler(), nullptr);
     const at::Tensor w0 = runner.model()->fc->weight.detach().clone();
     runner.train_step(images[0], labels[0], 0.05);

@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "app/config/config.h"
 #include "app/run/metrics.h"
 #include "app/run/run_files.h"
 #include "app/run/run_lock.h"
@@ -35,6 +36,9 @@ std::string text_of(const fs::path& file) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// What the trainer writes a run's outputs from: the config as text, run.name and run.log_steps.
+RunOutputsOptions options_of(const Config& c) { return {to_toml(c), c.run.name, c.run.log_steps}; }
+
 nlohmann::json row(int64_t epoch) {
   nlohmann::json r;
   for (const Metric& m : kEpochMetrics) r[m.name] = nullptr;
@@ -48,11 +52,11 @@ TEST(RunOutputs, ResumeDropsRowsOfEpochsTheCheckpointHasNotReached) {
   Config c;
   c.run.log_steps = true;
   {
-    RunOutputs out(c, dir);
+    RunOutputs out(options_of(c), dir);
     for (int64_t e = 1; e <= 3; ++e) out.epoch(row(e));
     out.steps(2, {StepRow{{0}}, StepRow{{1}}, StepRow{{2}}});
   }
-  RunOutputs resumed(c, dir, ResumePoint{2, 1});  // epoch 3 (0-based 2) restarts after its first step
+  RunOutputs resumed(options_of(c), dir, ResumePoint{2, 1});  // epoch 3 (0-based 2) restarts after its first step
   EXPECT_EQ(text_of(fs::path(dir) / "metrics.jsonl"), row(1).dump() + "\n" + row(2).dump() + "\n");
   const std::string csv = text_of(fs::path(dir) / "metrics.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
@@ -64,9 +68,9 @@ TEST(RunOutputs, ResumeDropsRowsOfEpochsTheCheckpointHasNotReached) {
 TEST(RunOutputs, ResumeRebuildsACsvThatLacksARowOfTheJsonl) {
   const std::string dir = test::fresh_dir("outputs_csv");
   Config c;
-  { RunOutputs(c, dir).epoch(row(1)); }
+  { RunOutputs(options_of(c), dir).epoch(row(1)); }
   std::ofstream(fs::path(dir) / "metrics.jsonl", std::ios::app) << row(2).dump() << "\n";  // csv write failed
-  RunOutputs resumed(c, dir, ResumePoint{2, 0});
+  RunOutputs resumed(options_of(c), dir, ResumePoint{2, 0});
   const std::string csv = text_of(fs::path(dir) / "metrics.csv");
   EXPECT_NE(csv.find("\n1,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\n2,"), std::string::npos) << csv;
@@ -160,12 +164,12 @@ TEST(RunOutputs, EachStartIsRecordedAndEachResumesConfigKeptBesideTheFirst) {
   Config first, later;
   first.run.name = later.run.name = "rec";
   later.train.epochs = 7;
-  { RunOutputs(first, dir); }
+  { RunOutputs(options_of(first), dir); }
   RunStart facts;
   facts.checkpoint = dir + "/last.pt";
   facts.resume_epoch = 2;
-  { RunOutputs(later, dir, ResumePoint{1, 0}, facts); }
-  { RunOutputs(later, dir, ResumePoint{1, 0}, facts); }
+  { RunOutputs(options_of(later), dir, ResumePoint{1, 0}, facts); }
+  { RunOutputs(options_of(later), dir, ResumePoint{1, 0}, facts); }
   EXPECT_EQ(text_of(fs::path(dir) / "config.toml"), to_toml(first));
   EXPECT_EQ(text_of(fs::path(dir) / "config.resume-1.toml"), to_toml(later));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "config.resume-2.toml"));
@@ -190,7 +194,7 @@ TEST(RunOutputs, StepRowsNumberEpochsFromOneAndCarryLossAndLr) {
   Config c;
   c.run.log_steps = true;
   {
-    RunOutputs out(c, dir);
+    RunOutputs out(options_of(c), dir);
     out.steps(0, {StepRow{{0}, 2.5, 0.1}, StepRow{{1}, NAN, 0.1}});
   }
   std::istringstream lines(text_of(fs::path(dir) / "steps.jsonl"));
@@ -216,7 +220,7 @@ TEST(RunOutputs, AnOlderPinfeedsStepRowsAreRenumberedFromOneOnResume) {
                                                   "{\"epoch\":1,\"step\":1}\n";
   Config c;
   c.run.log_steps = true;
-  RunOutputs resumed(c, dir, ResumePoint{1, 1});  // epoch 2 (0-based 1) continues after its first step
+  RunOutputs resumed(options_of(c), dir, ResumePoint{1, 1});  // epoch 2 (0-based 1) continues after its first step
   EXPECT_EQ(text_of(fs::path(dir) / "steps.jsonl"), "{\"epoch\":1,\"step\":0}\n{\"epoch\":2,\"step\":0}\n");
 }
 
@@ -264,8 +268,8 @@ TEST(Log, TeeKeepsEveryPrintedLineInTheFile) {
 TEST(RunOutputs, BadImagesAreListedOnceAcrossAResumeWithTabsAndNewlinesEscaped) {
   const std::string dir = test::fresh_dir("outputs_bad");
   Config c;
-  { RunOutputs(c, dir).bad_images({{"/d/a\tb.jpg", "libjpeg: bad\nHuffman"}}); }
-  RunOutputs resumed(c, dir, ResumePoint{1, 0});
+  { RunOutputs(options_of(c), dir).bad_images({{"/d/a\tb.jpg", "libjpeg: bad\nHuffman"}}); }
+  RunOutputs resumed(options_of(c), dir, ResumePoint{1, 0});
   resumed.bad_images({{"/d/a\tb.jpg", "libjpeg: bad\nHuffman"}, {"/d/c.jpg", "empty file"}});
   EXPECT_EQ(text_of(fs::path(dir) / "bad_images.tsv"),
             "path\treason\n/d/a\\tb.jpg\tlibjpeg: bad\\nHuffman\n/d/c.jpg\tempty file\n");
@@ -275,8 +279,8 @@ TEST(RunOutputs, AResumedRunKnowsTheFilesListedBeforeAsWritten) {
   const std::string dir = test::fresh_dir("outputs_bad_listed");
   Config c;
   const std::string hostile = "/d/a\\b\tc\nd\re.jpg";  // every byte tsv_escape rewrites
-  { RunOutputs(c, dir).bad_images({{hostile, "empty file"}, {"/d/plain.jpg", "empty file"}}); }
-  const RunOutputs resumed(c, dir, ResumePoint{1, 0});
+  { RunOutputs(options_of(c), dir).bad_images({{hostile, "empty file"}, {"/d/plain.jpg", "empty file"}}); }
+  const RunOutputs resumed(options_of(c), dir, ResumePoint{1, 0});
   EXPECT_EQ(resumed.bad_images_listed(), (std::unordered_set<std::string>{hostile, "/d/plain.jpg"}));
   EXPECT_EQ(tsv_unescape(tsv_escape(hostile)), hostile);
 }

@@ -225,7 +225,7 @@ TEST(Train, AStuckSampleEndsTheRunWithTheStepsSoFarSaved) {
   gate->released.notify_all();
   EXPECT_NE(message.find("data.sample_timeout_s = 0.5"), std::string::npos) << message;
   fs::path run;
-  for (const auto& e : fs::directory_iterator(plan.config.run.dir)) run = e.path();
+  for (const auto& e : fs::directory_iterator(plan.run.dir)) run = e.path();
   const Checkpoint ck = load_checkpoint((run / "last.pt").string());
   EXPECT_EQ(ck.epoch, 1);  // in the second epoch (0-based), after the 2 steps its input allowed
   EXPECT_EQ(ck.step_in_epoch, 2);

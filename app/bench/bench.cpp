@@ -149,18 +149,18 @@ BenchSample run_row(const Row& row, const Datasets& sets, StepRunner& runner, Di
 }
 
 json bench_meta(const Plan& plan, const Datasets& sets, int workers, const BenchArgs& a) {
-  const Config& c = plan.config;
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   json m = {{"date", date}, {"implementation", "pinfeed"}, {"libtorch", TORCH_VERSION},
             {"device", plan.device.str()}, {"cpu_cores", std::thread::hardware_concurrency()}, {"workers", workers},
             {"dataset", plan.data_root}, {"train_images", sets.train->size()},
-            {"image_size", c.data.image_size}, {"batch_size", c.train.batch_size}, {"precision", c.train.precision},
-            {"channels_last", c.train.channels_last}, {"transfer_dtype", pipeline::to_string(plan.pipeline.transfer_dtype)},
-            {"prefetch_batches", c.data.prefetch_batches}, {"crop_decode", c.data.crop_decode},
+            {"image_size", plan.transform.size}, {"batch_size", plan.train_loader.batch_size},
+            {"precision", precision_name(plan.precision)}, {"channels_last", plan.channels_last},
+            {"transfer_dtype", pipeline::to_string(plan.pipeline.transfer_dtype)},
+            {"prefetch_batches", plan.train_loader.prefetch_batches}, {"crop_decode", plan.transform.crop_decode},
             {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"}, {"gpu_decode_share", plan.transform.gpu_share},
-            {"max_steps_ahead", c.pipeline.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
+            {"max_steps_ahead", plan.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
             {"repeats", a.repeats}, {"trace_steps", a.trace_steps}, {"cuda_graph", plan.cuda_graph},
             {"fused_bn", plan.fused_bn}, {"stem_max_pool", plan.stem_max_pool},
             {"fold_grad_add", plan.fold_grad_add}};
@@ -262,10 +262,10 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
     sets.train->check_gpu_files(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     log::info("checked the JPEGs the GPU decodes once, on the CPU: " + fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1) + " s");
   }
-  StepRunner runner(plan, sets.num_classes, &dist);
+  StepRunner runner(step_options(plan), sets.num_classes, &dist);
   std::string out_dir;
   if (dist.is_main()) {
-    out_dir = a.out.empty() ? make_run_dir(plan.config.run.dir, "bench") : a.out;
+    out_dir = a.out.empty() ? make_run_dir(plan.run.dir, "bench") : a.out;
     fs::create_directories(out_dir);
   }
 
@@ -297,8 +297,8 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   json doc;
   doc["meta"] = bench_meta(plan, sets, workers, a);
   doc["meta"]["world_size"] = dist.world();
-  doc["meta"]["bucket_mb"] = plan.config.dist.bucket_mb;
-  doc["meta"]["overlap"] = plan.config.dist.overlap;
+  doc["meta"]["bucket_mb"] = plan.bucket_mb;
+  doc["meta"]["overlap"] = plan.overlap;
   doc["rows"] = json::array();
   for (const Row& row : rows) doc["rows"].push_back(summarise_row(row.name, results[row.name]));
   json table_rows = doc["rows"];
@@ -314,7 +314,7 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   write_file_atomic((fs::path(out_dir) / "table.md").string(), table);
   write_file_atomic((fs::path(out_dir) / "bench.csv").string(), render_csv(table_rows));
   log::info("bench on " + plan.device.str() + ": " + count_of(workers, "worker") + ", batch " +
-            std::to_string(plan.config.train.batch_size) + ", " + plan.config.train.precision + ", " +
+            std::to_string(plan.train_loader.batch_size) + ", " + precision_name(plan.precision) + ", " +
             count_of(a.repeats, "repeat") + " of " + count_of(a.steps, "timed step") +
             (dist.active() ? ", " + count_of(dist.world(), "rank") : ""));
   std::printf("%s\nwritten to %s\n", table.c_str(), out_dir.c_str());

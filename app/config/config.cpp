@@ -527,9 +527,8 @@ void check_config(const Config& c) {
   }
   const auto opts = pipeline_options(c);
   // Device-independent combination checks now; the device ones once the device is resolved.
-  if (auto problem = pipeline::check_options(opts, /*device_is_cuda=*/true); !problem.empty()) {
-    const std::string key = problem.rfind("pipeline.prefetch", 0) == 0 ? "pipeline.prefetch" : "pipeline.pinned_budget_mb";
-    throw ConfigError(loc(c.pipeline.mode.empty() ? key : "pipeline.mode") + ": " + problem);
+  if (const auto problem = pipeline::check_options(opts, /*device_is_cuda=*/true)) {
+    throw ConfigError(loc(c.pipeline.mode.empty() ? problem.key : "pipeline.mode") + ": " + problem.message);
   }
 }
 

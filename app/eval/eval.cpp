@@ -60,8 +60,7 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
     const int64_t num_classes = shared.at("num_classes").get<int64_t>();
     const auto classes = shared.at("classes").get<std::vector<std::string>>();
 
-    const Config& c = plan.config;
-    const std::string split = a.split == "train" ? c.data.train_split : c.data.val_split;
+    const std::string split = a.split == "train" ? plan.train_split : plan.val_split;
     // Labels follow the checkpoint's class names when it has them; else the split's own folders, sorted (as
     // torchvision's ImageFolder on that split).
     data::ImageFolder folder = data::scan_image_folder(plan.data_root, split, classes.empty() ? nullptr : &classes);
@@ -74,7 +73,7 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
     data::LoaderOptions loader = plan.val_loader;
     loader.stop_requested = stop_after_grace(stop);
     pipeline::Feeder feed(set, loader, plan.pipeline, plan.feeder);
-    StepRunner runner(plan, num_classes, &dist);
+    StepRunner runner(step_options(plan), num_classes, &dist);
     if (weights) copy_weights(runner.model(), weights->model, a.checkpoint);
     runner.broadcast_state();
 

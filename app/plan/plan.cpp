@@ -58,8 +58,8 @@ struct Problem {
 // What keeps the pipeline flags or the precision from running on the plan's device, and the key at fault.
 Problem device_problem(const Plan& p) {
   const Config& c = p.config;
-  if (auto problem = pipeline::check_options(p.pipeline, p.device.is_cuda()); !problem.empty()) {
-    return {c.pipeline.mode.empty() ? problem.substr(0, problem.find(' ')) : "pipeline.mode", problem};
+  if (const auto problem = pipeline::check_options(p.pipeline, p.device.is_cuda())) {
+    return {c.pipeline.mode.empty() ? problem.key : "pipeline.mode", problem.message};
   }
   if (!p.device.is_cuda() && p.cuda_graph) {
     return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
@@ -236,6 +236,16 @@ bool resolve_pad_input(const Plan& p) {
 
 }  // namespace
 
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "fp32";
+}
+
 Plan resolve_plan(const Config& c, const DistEnv& dist) {
   Plan p;
   p.config = c;
@@ -262,6 +272,8 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.fused_bn = resolve_fused_bn(p);
   p.stem_max_pool = resolve_stem_max_pool(p);
   p.fold_grad_add = resolve_fold_grad_add(p);
+  p.zero_init_residual = c.model.zero_init_residual;
+  p.num_classes = c.model.num_classes;
   // The device's current stream, named by its index: the same whether or not the device is the current one yet
   // (use_plan_device, after resolving).
   if (p.device.is_cuda()) p.compute_stream = gpu::current_stream(p.device);
@@ -287,6 +299,8 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   }
 
   p.data_root = expand_user(c.data.root);
+  p.train_split = c.data.train_split;
+  p.val_split = c.data.val_split;
   p.transform.size = static_cast<int>(c.data.image_size);
   p.transform.val_resize_ratio = c.data.val_resize_ratio;
   p.transform.scale_min = c.data.scale_min;
@@ -315,7 +329,17 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   }
   p.max_steps_ahead = static_cast<int>(c.pipeline.max_steps_ahead);
   p.warmup_steps = c.pipeline.warmup_steps;
-  p.trace_steps = parse_step_range(c.run.trace_steps);  // checked with the key; the epochs it may span, by train
+
+  p.train.max_steps_per_epoch = c.train.max_steps_per_epoch;
+  p.train.eval = c.train.eval;
+  p.train.init_from = expand_user(c.train.init_from);
+  p.train.label_smoothing = c.train.label_smoothing;
+  p.run.dir = c.run.dir;
+  p.run.name = c.run.name;
+  p.run.checkpoint_every = c.run.checkpoint_every;
+  p.run.log_steps = c.run.log_steps;
+  p.run.progress_interval_s = c.run.progress_interval_s;
+  p.run.trace_steps = parse_step_range(c.run.trace_steps);  // checked with the key; the epochs it may span, by train
   check_resources(p);
 
   p.sgd = {c.train.momentum, c.train.nesterov, c.train.weight_decay};
@@ -337,7 +361,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
     throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +
                       std::to_string(dist.world) + " ranks; use the eager step (train.cuda_graph = false)");
   }
-  p.bucket_bytes = static_cast<int64_t>(c.dist.bucket_mb * (1 << 20));
+  p.bucket_mb = c.dist.bucket_mb;
   p.overlap = c.dist.overlap;
   p.dist_timeout = std::chrono::seconds(c.dist.timeout_s);
   return p;

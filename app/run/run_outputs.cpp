@@ -63,7 +63,7 @@ void replace_if_changed(const std::string& path, const std::string& before, cons
 
 }  // namespace
 
-RunOutputs::RunOutputs(const Config& c, const std::string& dir, const std::optional<ResumePoint>& resumed,
+RunOutputs::RunOutputs(const RunOutputsOptions& o, const std::string& dir, const std::optional<ResumePoint>& resumed,
                        const RunStart& start)
     : dir_(dir) {
   for (const std::string& name : remove_stale_temp_files(dir)) {
@@ -74,12 +74,12 @@ RunOutputs::RunOutputs(const Config& c, const std::string& dir, const std::optio
   // is kept beside it, named in its run.json record.
   config_file_ = "config.toml";
   for (int n = 1; std::filesystem::exists(path(config_file_)); ++n) config_file_ = "config.resume-" + std::to_string(n) + ".toml";
-  write_file_atomic(path(config_file_), to_toml(c));
-  append_start_record(dir, c.run.name, start_record(start, config_file_));
+  write_file_atomic(path(config_file_), o.config_toml);
+  append_start_record(dir, o.name, start_record(start, config_file_));
   if (resumed) keep_rows_reached(*resumed, legacy_steps);
   jsonl_ = AppendFile(path("metrics.jsonl"));
   csv_ = AppendFile(path("metrics.csv"));
-  if (c.run.log_steps) steps_ = AppendFile(path("steps.jsonl"));
+  if (o.log_steps) steps_ = AppendFile(path("steps.jsonl"));
   if (csv_.empty()) csv_.append(csv_header());
   std::istringstream listed(read_text(path("bad_images.tsv")));
   std::string line;

@@ -14,7 +14,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "app/config/config.h"
 #include "app/run/run_files.h"
 #include "app/run/run_record.h"
 #include "data/dataset.h"
@@ -35,6 +34,13 @@ struct StepRow {
   double lr = NAN;
 };
 
+// What a run's outputs are written from, beside its folder.
+struct RunOutputsOptions {
+  std::string config_toml;  // the resolved config as text (to_toml): config.toml, or config.resume-N.toml
+  std::string name;         // run.name, recorded in run.json
+  bool log_steps = false;   // run.log_steps: steps.jsonl is written
+};
+
 class RunOutputs {
  public:
   // Removes the temp files pinfeed's writes left in dir first (is_pinfeed_temp_name; a user's *.tmp stays),
@@ -43,8 +49,8 @@ class RunOutputs {
   // metrics (kill -9 after an epoch's row, before its checkpoint; checkpoint_every > 1; a resume from an older
   // copy): rows the checkpoint has not reached are dropped, so that the epochs run again are not listed twice,
   // and metrics.csv is rewritten from metrics.jsonl (see epoch()).
-  RunOutputs(const Config& config, const std::string& dir, const std::optional<ResumePoint>& resumed = std::nullopt,
-             const RunStart& start = {});
+  RunOutputs(const RunOutputsOptions& options, const std::string& dir,
+             const std::optional<ResumePoint>& resumed = std::nullopt, const RunStart& start = {});
   std::string path(const std::string& name) const;
   // Every metric of kEpochMetrics (app/run/metrics.h); null = not applicable. metrics.jsonl first, then metrics.csv: after a crash or
   // a full disk between the two, metrics.csv lacks a row that metrics.jsonl has, and a resume rebuilds it.

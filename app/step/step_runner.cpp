@@ -38,25 +38,45 @@ std::vector<std::string> no_decay_names(const model::ResNet& m) {
 
 }  // namespace
 
-StepRunner::StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist)
-    : dist_(dist && dist->active() ? dist : nullptr), device_(plan.device), stream_(plan.compute_stream), autocast_(plan.autocast),
-      label_smoothing_(plan.config.train.label_smoothing), graphed_(plan.device.is_cuda() && plan.cuda_graph) {
-  at::manual_seed(static_cast<uint64_t>(plan.config.train.seed));
-  model_ = model::resnet50(
-      {num_classes, plan.config.model.zero_init_residual, plan.fused_bn, plan.stem_max_pool, plan.fold_grad_add});
+StepOptions step_options(const Plan& plan) {
+  StepOptions o;
+  o.device = plan.device;
+  o.compute_stream = plan.compute_stream;
+  o.autocast = plan.autocast;
+  o.loss_scaling = plan.loss_scaling;
+  o.channels_last = plan.channels_last;
+  o.cuda_graph = plan.cuda_graph;
+  o.zero_init_residual = plan.zero_init_residual;
+  o.fused_bn = plan.fused_bn;
+  o.stem_max_pool = plan.stem_max_pool;
+  o.fold_grad_add = plan.fold_grad_add;
+  o.seed = plan.train_loader.seed;  // train.seed: the loaders' shuffles and the model's initial weights
+  o.label_smoothing = plan.train.label_smoothing;
+  o.sgd = plan.sgd;
+  o.decay_bn_and_bias = plan.decay_bn_and_bias;
+  o.bucket_bytes = plan.bucket_bytes();
+  o.overlap = plan.overlap;
+  return o;
+}
+
+StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* dist)
+    : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
+      autocast_(o.autocast), label_smoothing_(o.label_smoothing), graphed_(o.device.is_cuda() && o.cuda_graph) {
+  at::manual_seed(o.seed);
+  model_ = model::resnet50({num_classes, o.zero_init_residual, o.fused_bn, o.stem_max_pool, o.fold_grad_add});
   model_->to(device_);
-  if (plan.channels_last) {
+  if (o.channels_last) {
     at::NoGradGuard no_grad;
     for (auto& p : model_->parameters()) {
       if (p.dim() == 4) p.set_data(p.contiguous(c10::MemoryFormat::ChannelsLast));
     }
   }
-  const auto no_decay = plan.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
-  optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, plan.sgd);
-  if (plan.loss_scaling) scaler_ = std::make_unique<LossScaler>(device_, *plan.loss_scaling);
+  const auto no_decay = o.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
+  optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, o.sgd);
+  if (o.loss_scaling) scaler_ = std::make_unique<LossScaler>(device_, *o.loss_scaling);
   if (dist_) {
     broadcast_state();
-    grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), plan.bucket_bytes, plan.overlap);
+    grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), o.bucket_bytes, o.overlap);
   }
 }
 

@@ -1,10 +1,12 @@
-// One training step (forward, backward, optimizer) and one evaluation step, in the plan's precision and
-// memory format; with train.cuda_graph the whole training step is captured once and replayed.
+// One training step (forward, backward, optimizer) and one evaluation step, in the precision and memory format
+// of its StepOptions (step_options: a plan's); with train.cuda_graph the whole training step is captured once and
+// replayed.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -19,10 +21,30 @@
 
 namespace pinfeed::app {
 
+// What a StepRunner builds and runs: the model, its optimizer and the step. step_options() takes them from a plan.
+struct StepOptions {
+  c10::Device device{c10::kCPU};
+  std::optional<c10::Stream> compute_stream;      // CUDA: the stream the model runs on
+  std::optional<at::ScalarType> autocast;         // bf16 or fp16 autocast of the forward pass; nullopt: none
+  std::optional<LossScalerOptions> loss_scaling;  // fp16: dynamic loss scaling; nullopt: none
+  bool channels_last = false;                     // the model's 4-D parameters in channels_last
+  bool cuda_graph = false;                        // capture the training step once and replay it (CUDA only)
+  // The model (model::ResNetOptions but for the classes, which the constructor takes).
+  bool zero_init_residual = true, fused_bn = false, stem_max_pool = false, fold_grad_add = false;
+  uint64_t seed = 0;           // the model's initial weights
+  double label_smoothing = 0;  // of the training loss
+  SgdOptions sgd;
+  bool decay_bn_and_bias = true;  // false: no weight decay on BN parameters and biases
+  // Several ranks: gradients all-reduced per bucket of this many bytes, during backward with overlap.
+  int64_t bucket_bytes = 25 << 20;
+  bool overlap = true;
+};
+StepOptions step_options(const Plan& plan);
+
 class StepRunner {
  public:
   // dist (may be null): several ranks start from rank 0's weights and average their gradients every step.
-  StepRunner(const Plan& plan, int64_t num_classes, Distributed* dist = nullptr);
+  StepRunner(const StepOptions& options, int64_t num_classes, Distributed* dist = nullptr);
 
   // Several ranks: rank 0's weights, buffers and momentum into every rank (after a restore on rank 0), and the
   // BN running statistics averaged across ranks (each rank saw only its shard) before evaluating or saving.

@@ -114,11 +114,11 @@ void check_resumable(const Checkpoint& ck, const RunShape& run) {
   }
 }
 
-std::string resume_path(const Config& c, const std::string& resume) {
+std::string resume_path(const std::string& run_dir, const std::string& run_name, const std::string& resume) {
   if (resume == "last") {
-    const std::string run = find_last_run(c.run.dir, c.run.name);
+    const std::string run = find_last_run(run_dir, run_name);
     if (run.empty()) {
-      throw ConfigError("--resume last: no run named '" + c.run.name + "' with a last.pt under " + c.run.dir +
+      throw ConfigError("--resume last: no run named '" + run_name + "' with a last.pt under " + run_dir +
                         " (run.name must match exactly; or give --resume RUN_FOLDER/last.pt)");
     }
     return (std::filesystem::path(run) / "last.pt").string();
@@ -131,7 +131,7 @@ std::string resume_path(const Config& c, const std::string& resume) {
     load_checkpoint(resume);  // what is wrong with the file itself comes first: missing, a state dict, not a checkpoint
     throw ConfigError("--resume " + resume + ": " + dir + " is not a pinfeed run folder (no run.json, nor " +
                       "config.toml with metrics.jsonl): pinfeed resumes a run only in the folder it wrote; " +
-                      "give the last.pt of a folder under " + c.run.dir + ", or start a new run");
+                      "give the last.pt of a folder under " + run_dir + ", or start a new run");
   }
   return resume;
 }

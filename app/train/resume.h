@@ -20,6 +20,7 @@ struct RunShape {
   int64_t steps_per_epoch = 0;  // per rank
 };
 
+// config: written into the checkpoint as text (to_toml).
 Checkpoint make_checkpoint(StepRunner& runner, const Config& config, int64_t epoch, int64_t step_in_epoch,
                            int64_t global_step, const RunShape& shape);
 // Refuses (ConfigError naming both values) a resume whose shape differs from the checkpoint's: it would repeat
@@ -35,8 +36,8 @@ bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>&
 // train.init_from: the weights of a checkpoint or a state dict into a new run (not its momentum, position or
 // RNG); another number of classes leaves fc freshly initialised and says so in one line.
 void init_weights_from(StepRunner& runner, const std::string& path);
-// "last" -> the newest run started with run.name exactly that holds a last.pt; anything else is a path, whose
-// folder must be a pinfeed run folder (is_run_folder). Throws ConfigError.
-std::string resume_path(const Config& config, const std::string& resume);
+// "last" -> the newest run under run_dir (run.dir) started with run_name (run.name) exactly that holds a last.pt;
+// anything else is a path, whose folder must be a pinfeed run folder (is_run_folder). Throws ConfigError.
+std::string resume_path(const std::string& run_dir, const std::string& run_name, const std::string& resume);
 
 }  // namespace pinfeed::app

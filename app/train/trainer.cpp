@@ -131,21 +131,21 @@ data::LoaderOptions with_stop(data::LoaderOptions o, const StopRequest& stop) {
 class Training {
  public:
   Training(const Plan& plan, Datasets sets, Distributed& dist, StopRequest& stop, int64_t stop_after_steps)
-      : plan_(plan), config_(plan.config), dist_(dist), stop_(stop), sets_(std::move(sets)),
+      : plan_(plan), dist_(dist), stop_(stop), sets_(std::move(sets)),
         train_feed_(sets_.train, with_stop(plan.train_loader, stop), plan.pipeline, plan.feeder),
-        runner_(plan, sets_.num_classes, &dist),
+        runner_(step_options(plan), sets_.num_classes, &dist),
         meter_(plan.compute_stream),
         losses_(plan.device, plan.compute_stream),
         step_losses_(plan.device, plan.compute_stream),
-        progress_(config_.run.progress_interval_s), stop_after_steps_(stop_after_steps) {
+        progress_(plan.run.progress_interval_s), stop_after_steps_(stop_after_steps) {
     if (sets_.val) {
       val_feed_ = std::make_unique<pipeline::Feeder>(sets_.val, with_stop(plan.val_loader, stop), plan.pipeline,
                                                      plan.feeder);
     }
-    steps_per_epoch_ = config_.train.max_steps_per_epoch > 0
-                           ? std::min(config_.train.max_steps_per_epoch, train_feed_.batches_per_epoch())
+    steps_per_epoch_ = plan_.train.max_steps_per_epoch > 0
+                           ? std::min(plan_.train.max_steps_per_epoch, train_feed_.batches_per_epoch())
                            : train_feed_.batches_per_epoch();
-    if (plan_.trace_steps) check_trace_steps(*plan_.trace_steps);
+    if (plan_.run.trace_steps) check_trace_steps(*plan_.run.trace_steps);
   }
 
   // Restores a checkpoint (read by rank 0 alone: the others receive its state); returns where to continue:
@@ -190,8 +190,8 @@ class Training {
         if (path.rfind(train_dir, 0) == 0) train_bad_.insert(path);
       }
     }
-    if (out && plan_.trace_steps) {  // rank 0 alone: its GPU's kernels, in the run folder it writes
-      const StepRange& s = *plan_.trace_steps;
+    if (out && plan_.run.trace_steps) {  // rank 0 alone: its GPU's kernels, in the run folder it writes
+      const StepRange& s = *plan_.run.trace_steps;
       trace_ = std::make_unique<StepTrace>(s, out->path("trace_steps_" + s.text() + ".json"), plan_.device,
                                            nlohmann::json{{"command", "train"}, {"mode", train_feed_.mode()}});
       if (start_epoch * steps_per_epoch_ + start_step > s.last) {
@@ -203,7 +203,7 @@ class Training {
     }
     runner_.model()->train();
     training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
-    for (int64_t epoch = start_epoch; epoch < config_.train.epochs; ++epoch) {
+    for (int64_t epoch = start_epoch; epoch < plan_.schedule.epochs; ++epoch) {
       const auto t0 = Clock::now();
       EpochProgress p;
       try {
@@ -247,7 +247,7 @@ class Training {
       p.bad_images = static_cast<int64_t>(train_bad_.size());
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report(*out, er, p, ranks);
-      const bool due = epoch + 1 == config_.train.epochs || (epoch + 1) % config_.run.checkpoint_every == 0;
+      const bool due = epoch + 1 == plan_.schedule.epochs || (epoch + 1) % plan_.run.checkpoint_every == 0;
       if (out && best) save(*out, epoch + 1, 0, {}, "best.pt");
       if (out && due) save(*out, epoch + 1, 0);
       if (dist_.any(stop_.requested())) {  // came during the evaluation or the save
@@ -296,11 +296,11 @@ class Training {
               train_feed_.mode() + " (transfer " + pipeline::to_string(plan_.pipeline.transfer_dtype) + "), " +
               count_of(train_feed_.workers(), "worker") +
               (plan_.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch_) +
-              " steps/epoch, precision " + config_.train.precision + (plan_.loss_scaling ? " (loss scaling)" : "") +
+              " steps/epoch, precision " + precision_name(plan_.precision) + (plan_.loss_scaling ? " (loss scaling)" : "") +
               (plan_.fused_bn ? ", fused BatchNorm (cuDNN)" : "") + (plan_.stem_max_pool ? ", pinfeed's max pool" : "") +
               (plan_.fold_grad_add ? ", gradient sums in GEMMs" : "") + (runner_.graphed() ? ", CUDA graph" : "") +
               (dist_.active() ? ", " + std::to_string(dist_.world()) + " ranks (global batch " +
-                                    std::to_string(config_.train.batch_size * dist_.world()) + ")"
+                                    std::to_string(plan_.train_loader.batch_size * dist_.world()) + ")"
                               : "") +
               ", peak lr " + fmt_ms(plan_.schedule.lr));
   }
@@ -308,11 +308,11 @@ class Training {
   // The range must lie inside one epoch (an evaluation between two would be traced too) and inside the run.
   void check_trace_steps(const StepRange& s) const {
     if (steps_per_epoch_ <= 0) return;  // nothing to train, nothing to trace
-    const std::string at = location_of(config_, "run.trace_steps") + ": run.trace_steps = \"" + s.text() + "\"";
-    const int64_t total = config_.train.epochs * steps_per_epoch_;
+    const std::string at = location_of(plan_.config, "run.trace_steps") + ": run.trace_steps = \"" + s.text() + "\"";
+    const int64_t total = plan_.schedule.epochs * steps_per_epoch_;
     if (s.last >= total) {
       throw ConfigError(at + " goes past this run's last step, " + std::to_string(total - 1) + " (" +
-                        std::to_string(config_.train.epochs) + " epochs of " + std::to_string(steps_per_epoch_) +
+                        std::to_string(plan_.schedule.epochs) + " epochs of " + std::to_string(steps_per_epoch_) +
                         " steps, numbered from 0)");
     }
     const int64_t epoch = s.first / steps_per_epoch_;
@@ -324,7 +324,7 @@ class Training {
   }
 
   RunShape shape() const {
-    return {dist_.world(), config_.train.batch_size, sets_.train->size(), steps_per_epoch_};
+    return {dist_.world(), plan_.train_loader.batch_size, sets_.train->size(), steps_per_epoch_};
   }
 
   // What stays per rank until the epoch ends, gathered from every rank (all call it) for a mid-epoch checkpoint.
@@ -339,7 +339,7 @@ class Training {
 
   void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch, const EpochSoFar& so_far = {},
             const std::string& file = "last.pt") {
-    Checkpoint ck = make_checkpoint(runner_, config_, epoch, step_in_epoch, global_step_, shape());
+    Checkpoint ck = make_checkpoint(runner_, plan_.config, epoch, step_in_epoch, global_step_, shape());
     ck.classes = sets_.train->folder().classes;  // predictions are named by them
     ck.best_val_top1 = best_top1_;
     ck.epoch_loss_sums = so_far.loss_sums;
@@ -374,7 +374,11 @@ class Training {
     const int64_t pending = epoch_steps_run_ - epoch_steps_done_;  // run on the device, not yet resolved
     global_step_ += pending;
     steps_here_ += pending;
-    if (!out || dist_.active() || steps_here_ == 0 || epoch_steps_run_ == 0) return;
+    if (!out) return;
+    if (dist_.active() || steps_here_ == 0 || epoch_steps_run_ == 0) {
+      log::warn(why + ": nothing saved at this step; the last checkpoint written is kept");
+      return;
+    }
     try {
       if (const std::string bad = runner_.first_non_finite(); !bad.empty()) {
         log::warn(why + ": " + bad + " is no longer finite: nothing saved, the last checkpoint written is kept");
@@ -420,7 +424,7 @@ class Training {
     const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
-    const bool log_steps = out && config_.run.log_steps;  // rank 0 writes steps.jsonl
+    const bool log_steps = out && plan_.run.log_steps;  // rank 0 writes steps.jsonl
     if (log_steps) step_losses_.start_epoch(steps_per_epoch_, first);
     epoch_steps_run_ = epoch_steps_done_ = first;
     const StepLoopResult r = run_steps(
@@ -459,11 +463,11 @@ class Training {
   }
 
   void show_progress(int64_t epoch, const EpochProgress& p, double rate) {
-    const double left = (steps_per_epoch_ - p.step + (config_.train.epochs - epoch - 1) * steps_per_epoch_);
+    const double left = (steps_per_epoch_ - p.step + (plan_.schedule.epochs - epoch - 1) * steps_per_epoch_);
     std::ostringstream line;
-    line << "epoch " << epoch + 1 << "/" << config_.train.epochs << " step " << p.step << "/" << steps_per_epoch_
+    line << "epoch " << epoch + 1 << "/" << plan_.schedule.epochs << " step " << p.step << "/" << steps_per_epoch_
          << " | " << static_cast<int64_t>(rate) << " samples/s | loss " << fmt_ms(losses_.latest()) << " | lr "
-         << p.lr << " | ETA " << eta_text(left * config_.train.batch_size / rate);
+         << p.lr << " | ETA " << eta_text(left * plan_.train_loader.batch_size / rate);
     progress_.show(line.str());
   }
 
@@ -488,7 +492,7 @@ class Training {
                {"loss_scale", num_or_null(p.loss_scale)}, {"skipped_steps", p.skipped_steps}});
     std::ostringstream line;
     line.precision(4);
-    line << "epoch " << er.epoch << "/" << config_.train.epochs << ": train_loss " << er.train_loss << " val_loss "
+    line << "epoch " << er.epoch << "/" << plan_.schedule.epochs << ": train_loss " << er.train_loss << " val_loss "
          << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5) << " | " << t.samples_per_s
          << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
          << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " (loader " << fmt_ms(t.loader_ms.mean)
@@ -513,7 +517,6 @@ class Training {
   }
 
   const Plan& plan_;
-  const Config& config_;
   Distributed& dist_;
   StopRequest& stop_;
   Datasets sets_;
@@ -550,7 +553,7 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
   return dist.guard([&] {
     dist.agree("config", to_toml(plan.config), "config");
     configure_backend(plan);
-    Training training(plan, open_datasets(plan, plan.config.train.eval), dist, stop, args.stop_after_steps);
+    Training training(plan, open_datasets(plan, plan.train.eval), dist, stop, args.stop_after_steps);
     TrainResult result;
     result.main_rank = dist.is_main();
     int64_t start_epoch = 0, start_step = 0;
@@ -564,7 +567,7 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
       }
       // The temp files of writes cut short in runs nobody holds (a first checkpoint killed mid-write leaves a
       // folder that can never be resumed, so its own resume would never clean it).
-      for (const std::string& removed : remove_abandoned_temp_files(plan.config.run.dir)) {
+      for (const std::string& removed : remove_abandoned_temp_files(plan.run.dir)) {
         log::warn("removed " + removed + ": the temp file of a write cut short (kill -9, power loss) in a run no "
                   "process holds");
       }
@@ -575,16 +578,16 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
       // Rank 0 reads the checkpoint; the other ranks get its state by broadcast (no shared disk needed).
       std::optional<Checkpoint> checkpoint;
       if (dist.is_main()) {
-        checkpoint_path = resume_path(plan.config, args.resume);  // refuses a folder pinfeed did not write
+        checkpoint_path = resume_path(plan.run.dir, plan.run.name, args.resume);  // refuses a folder pinfeed did not write
         own_folder(run_dir_of(checkpoint_path));
         checkpoint = load_checkpoint(checkpoint_path);
       }
       std::tie(start_epoch, start_step) = training.resume(checkpoint);
       result.run_dir = dist.share("run_dir", run_dir_of(checkpoint_path));
-      if (start_epoch >= plan.config.train.epochs) {  // every rank knows the checkpoint's position
+      if (start_epoch >= plan.schedule.epochs) {  // every rank knows the checkpoint's position
         if (dist.is_main()) {
           log::info("run " + result.run_dir + " already finished all " + std::to_string(start_epoch) +
-                    " epochs (train.epochs = " + std::to_string(plan.config.train.epochs) + "); nothing to do");
+                    " epochs (train.epochs = " + std::to_string(plan.schedule.epochs) + "); nothing to do");
         }
         return result;
       }
@@ -593,10 +596,10 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
                   std::to_string(start_step));
       }
     } else {
-      if (!plan.config.train.init_from.empty()) training.init_from(expand_user(plan.config.train.init_from));
+      if (!plan.train.init_from.empty()) training.init_from(plan.train.init_from);
       std::string dir;
       if (dist.is_main()) {
-        dir = make_run_dir(plan.config.run.dir, plan.config.run.name);
+        dir = make_run_dir(plan.run.dir, plan.run.name);
         own_folder(dir);
       }
       result.run_dir = dist.share("run_dir", dir);
@@ -612,7 +615,8 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
         facts.resume_epoch = start_epoch + 1;
         facts.resume_step = start_step;
       }
-      out.emplace(plan.config, result.run_dir, resumed, facts);
+      out.emplace(RunOutputsOptions{to_toml(plan.config), plan.run.name, plan.run.log_steps}, result.run_dir, resumed,
+                  facts);
     }
     try {
       training.run(out ? &*out : nullptr, start_epoch, start_step, result);
