@@ -24,7 +24,25 @@ void to_tee(const std::string& line) {
   std::fflush(g_tee);
 }
 
-void emit(const char* prefix, const std::string& message) {
+// Control characters other than newline and tab shown as \xNN: a message quotes paths and values the user typed
+// (a file name holding an escape sequence must not drive the terminal).
+std::string printable(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const unsigned char ch : text) {
+    if ((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out;
+}
+
+void emit(const char* prefix, const std::string& raw) {
+  const std::string message = printable(raw);
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_status_open) {
     std::fputc('\n', stderr);

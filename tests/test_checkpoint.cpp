@@ -30,7 +30,7 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   c.optimizer["conv1.weight"] = at::randn({4, 3, 3, 3});
   c.epoch = 3;
   c.step_in_epoch = 17;
-  c.global_step = 1234;
+  c.global_step = 3 * 31 + 17;  // epoch x steps_per_epoch + step_in_epoch, as every pinfeed checkpoint
   c.batch_size = 32;
   c.train_images = 1000;
   c.steps_per_epoch = 31;
@@ -55,7 +55,7 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   for (const auto& [k, v] : c.loss_scaler) EXPECT_TRUE(at::equal(v, r.loss_scaler.at(k))) << k;
   EXPECT_EQ(r.epoch, 3);
   EXPECT_EQ(r.step_in_epoch, 17);
-  EXPECT_EQ(r.global_step, 1234);
+  EXPECT_EQ(r.global_step, 110);
   EXPECT_EQ(r.batch_size, 32);
   EXPECT_EQ(r.train_images, 1000);
   EXPECT_EQ(r.steps_per_epoch, 31);
@@ -196,6 +196,42 @@ TEST(Checkpoint, ImpossiblePositionsAreRefusedNamingTheKey) {
   c.step_in_epoch = 5;  // of 2
   save_checkpoint(dir + "/c.pt", c);
   EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/c.pt"); }).find("step_in_epoch = 5"),
+            std::string::npos);
+  // Positive but impossible: an epoch past train.epochs' bound; a global step that is not the epochs' steps.
+  c = small_checkpoint();
+  c.epoch = int64_t{1} << 40;
+  save_checkpoint(dir + "/d.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/d.pt"); }).find("epoch = 1099511627776 is impossible"),
+            std::string::npos);
+  c = small_checkpoint();
+  c.epoch = 50;
+  c.global_step = 10;
+  save_checkpoint(dir + "/e.pt", c);
+  const std::string e = test::message_of<DataError>([&] { load_checkpoint(dir + "/e.pt"); });
+  EXPECT_NE(e.find(dir + "/e.pt: damaged checkpoint: global_step = 10 does not match epoch 50 x steps_per_epoch 2"),
+            std::string::npos)
+      << e;
+}
+
+// The momentum buffers are the parameters': one each, of its shape.
+TEST(Checkpoint, OptimizerStateThatDoesNotFitTheModelIsRefusedNamingTheEntry) {
+  const std::string dir = test::fresh_dir("ckpt_optimizer");
+  Checkpoint c = small_checkpoint();
+  c.optimizer["fc.weight"] = at::randn({2, 4});
+  c.optimizer["fc.bias"] = at::randn({3});
+  save_checkpoint(dir + "/a.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/a.pt"); })
+                .find("optimizer.fc.bias has shape [3], its parameter [2]"),
+            std::string::npos);
+  c.optimizer.erase("fc.bias");
+  save_checkpoint(dir + "/b.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/b.pt"); })
+                .find("optimizer lacks the momentum buffer of fc.bias"),
+            std::string::npos);
+  c.optimizer["layer9.weight"] = at::randn({1});
+  save_checkpoint(dir + "/c.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/c.pt"); })
+                .find("optimizer.layer9.weight belongs to no parameter"),
             std::string::npos);
 }
 

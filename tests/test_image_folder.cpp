@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -89,6 +91,17 @@ TEST(ImageFolder, LinkedFoldersThatAreNoLoopAreFollowed) {
   fs::create_symlink(fs::path(root) / "elsewhere", fs::path(root) / "train/a/linked");
   fs::create_symlink(fs::path(root) / "nowhere", fs::path(root) / "train/a/dangling");
   EXPECT_EQ(scan_image_folder(root, "train").samples.size(), 2u);
+}
+
+// Entries named like images that are no regular files are samples too: loading refuses each as a bad image, which
+// names it in bad_images.tsv (BadImages.FifoAndOversizedFilesAreRefusedBeforeAnyRead), instead of the scan
+// leaving them out unseen.
+TEST(ImageFolder, AFifoOrADanglingLinkNamedLikeAnImageIsKeptForTheLoaderToRefuse) {
+  const std::string root = test::fresh_dir("folder_special");
+  touch(fs::path(root) / "train/a/1.jpg");
+  ASSERT_EQ(::mkfifo((fs::path(root) / "train/a/2.jpg").c_str(), 0600), 0);
+  fs::create_symlink(fs::path(root) / "nowhere.jpg", fs::path(root) / "train/a/3.jpg");
+  EXPECT_EQ(scan_image_folder(root, "train").samples.size(), 3u);
 }
 
 TEST(ImageFolder, UnreadableFolderIsADataErrorNamingIt) {

@@ -76,6 +76,34 @@ TEST(RunOutputs, ResumeRebuildsACsvThatLacksARowOfTheJsonl) {
   EXPECT_NE(csv.find("\n2,"), std::string::npos) << csv;
 }
 
+// Only what pinfeed writes makes a run folder: file names alone (a user's config.toml and metrics.csv, an empty
+// run.json) do not, so a resume never writes into or deletes from such a folder.
+TEST(RunFiles, ARunFolderIsKnownByWhatItsFilesHoldNotByTheirNames) {
+  const fs::path dir = test::fresh_dir("run_folder_kinds");
+  const auto put = [](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+  };
+  put(dir / "foreign/config.toml", "[model]\nname = \"my-other-tool\"\n");
+  put(dir / "foreign/metrics.csv", "step,loss\n1,0.5\n");
+  EXPECT_FALSE(is_run_folder((dir / "foreign").string()));
+  put(dir / "empty_json/run.json", "{}\n");
+  EXPECT_FALSE(is_run_folder((dir / "empty_json").string()));
+  // An older pinfeed's folder (no run.json), and one whose run.json was damaged: its config and metrics say so.
+  const std::string header = std::string(kEpochMetrics[0].name) + "," + kEpochMetrics[1].name + ",train_loss\n";
+  Config config;
+  config.data.root = "data";  // as in any config a run was started with
+  for (const char* name : {"older", "damaged"}) {
+    put(dir / name / "config.toml", to_toml(config));
+    put(dir / name / "metrics.csv", header);
+  }
+  put(dir / "damaged/run.json", "{\"starts\": [");
+  EXPECT_TRUE(is_run_folder((dir / "older").string()));
+  EXPECT_TRUE(is_run_folder((dir / "damaged").string()));
+  put(dir / "new/run.json", "{\"format\": 1, \"name\": \"x\", \"starts\": []}\n");
+  EXPECT_TRUE(is_run_folder((dir / "new").string()));
+}
+
 TEST(RunFiles, OpeningAnAppendFileCutsATornLastLine) {
   const std::string file = test::fresh_dir("append_torn") + "/log.jsonl";
   std::ofstream(file) << "{\"a\":1}\n{\"a\":";  // a full disk stopped the second line

@@ -266,7 +266,9 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   std::string out_dir;
   if (dist.is_main()) {
     out_dir = a.out.empty() ? make_run_dir(plan.run.dir, "bench") : a.out;
-    fs::create_directories(out_dir);
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec) throw OutputError("--out " + out_dir + ": cannot create the folder: " + ec.message());
   }
 
   std::map<std::string, std::vector<BenchSample>> results;

@@ -60,6 +60,42 @@ void check_finite(const std::map<std::string, at::Tensor>& tensors, const std::s
   }
 }
 
+// The position is one count: every epoch before this one ran steps_per_epoch steps (a resume refuses another
+// value), so global_step is epoch x steps_per_epoch + step_in_epoch. An epoch past train.epochs' own bound, or a
+// global step that disagrees, is no position pinfeed wrote.
+void check_position(const Checkpoint& c, const std::string& path) {
+  constexpr int64_t kMaxEpochs = 1'000'000;  // train.epochs' bound (app/config)
+  if (c.epoch > kMaxEpochs) {
+    damaged(path, "epoch = " + std::to_string(c.epoch) + " is impossible (train.epochs is at most " +
+                      std::to_string(kMaxEpochs) + ")");
+  }
+  if (c.steps_per_epoch > 0 && c.global_step != c.epoch * c.steps_per_epoch + c.step_in_epoch) {
+    damaged(path, "global_step = " + std::to_string(c.global_step) + " does not match epoch " +
+                      std::to_string(c.epoch) + " x steps_per_epoch " + std::to_string(c.steps_per_epoch) +
+                      " + step_in_epoch " + std::to_string(c.step_in_epoch));
+  }
+}
+
+// The momentum buffers: one per parameter (the model's *.weight and *.bias entries), each of its shape.
+void check_optimizer_state(const Checkpoint& c, const std::string& path) {
+  if (c.optimizer.empty()) return;  // a step never taken: SGD starts its buffers at the first step
+  for (const auto& [name, buffer] : c.optimizer) {
+    const auto it = c.model.find(name);
+    if (it == c.model.end()) damaged(path, "optimizer." + name + " belongs to no parameter of the model");
+    if (buffer.sizes() != it->second.sizes()) {
+      damaged(path, "optimizer." + name + " has shape " + c10::str(buffer.sizes()) + ", its parameter " +
+                        c10::str(it->second.sizes()));
+    }
+  }
+  for (const auto& [name, weight] : c.model) {
+    const auto ends_with = [&](const std::string& tail) {
+      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    const bool parameter = ends_with(".weight") || ends_with(".bias");
+    if (parameter && !c.optimizer.count(name)) damaged(path, "optimizer lacks the momentum buffer of " + name);
+  }
+}
+
 int64_t int_at(const c10::impl::GenericDict& d, const std::string& path, const std::string& key, int64_t min) {
   if (!d.contains(key) || !d.at(key).isInt()) damaged(path, key + " is missing or not an integer");
   const int64_t v = d.at(key).toInt();
@@ -138,7 +174,9 @@ Checkpoint from_dict(const c10::impl::GenericDict& d, const std::string& path) {
       damaged(path, "step_in_epoch = " + std::to_string(c.step_in_epoch) + " is past steps_per_epoch = " +
                         std::to_string(c.steps_per_epoch));
     }
+    check_position(c, path);
   }
+  check_optimizer_state(c, path);
   c.torch_rng = tensor_at(d, path, "torch_rng");
   c.epoch_loss_sums = tensor_at(d, path, "epoch_loss_sums");
   c.rank_buffers = tensor_at(d, path, "rank_buffers");

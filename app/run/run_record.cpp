@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/config/config.h"
+#include "app/run/metrics.h"
 #include "app/run/run_files.h"
 #include "pipeline/gpu.h"
 
@@ -136,12 +138,41 @@ void append_start_record(const std::string& dir, const std::string& run_name, co
   write_file_atomic(path, doc.dump(2) + "\n");
 }
 
+namespace {
+
+// The run.json append_start_record writes: an object holding a "starts" list.
+bool is_pinfeed_run_json(const fs::path& file) {
+  const nlohmann::json doc = nlohmann::json::parse(text_of(file.string()), nullptr, /*allow_exceptions=*/false);
+  return doc.is_object() && doc.contains("starts") && doc["starts"].is_array();
+}
+
+// A folder an older pinfeed wrote (no run.json), or one whose run.json was damaged: its config.toml is a pinfeed
+// config (every key one pinfeed knows) and its metrics file starts as pinfeed starts it.
+bool has_pinfeed_config_and_metrics(const fs::path& d) {
+  std::error_code ec;
+  if (!fs::is_regular_file(d / "config.toml", ec)) return false;
+  try {
+    load_config((d / "config.toml").string());
+  } catch (const std::exception&) {
+    return false;
+  }
+  std::string first;
+  if (std::ifstream jsonl(d / "metrics.jsonl"); jsonl && std::getline(jsonl, first)) {
+    const nlohmann::json row = nlohmann::json::parse(first, nullptr, /*allow_exceptions=*/false);
+    return row.is_object() && row.contains(kEpochMetrics[0].name);
+  }
+  const std::string header = std::string(kEpochMetrics[0].name) + "," + kEpochMetrics[1].name + ",";
+  std::ifstream csv(d / "metrics.csv");
+  return csv && std::getline(csv, first) && first.rfind(header, 0) == 0;
+}
+
+}  // namespace
+
 bool is_run_folder(const std::string& dir) {
   const fs::path d(dir);
   std::error_code ec;
-  if (fs::is_regular_file(d / "run.json", ec)) return true;
-  return fs::is_regular_file(d / "config.toml", ec) &&
-         (fs::is_regular_file(d / "metrics.jsonl", ec) || fs::is_regular_file(d / "metrics.csv", ec));
+  if (fs::is_regular_file(d / "run.json", ec) && is_pinfeed_run_json(d / "run.json")) return true;
+  return has_pinfeed_config_and_metrics(d);
 }
 
 }  // namespace pinfeed::app

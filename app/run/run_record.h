@@ -30,7 +30,9 @@ std::string nvidia_driver_version(const std::string& proc_text);
 // not parse (damaged by hand) is kept as run.json.damaged-N rather than lost. Throws OutputError.
 void append_start_record(const std::string& dir, const std::string& run_name, const nlohmann::json& record);
 
-// A folder pinfeed wrote a run in: run.json, or (an older pinfeed) config.toml with metrics.jsonl or metrics.csv.
+// A folder pinfeed wrote a run in: its run.json (an object with a "starts" list), or (an older pinfeed, or a
+// damaged run.json) a config.toml pinfeed parses beside a metrics.jsonl or metrics.csv that starts as pinfeed's.
+// Names alone do not make one: a user's folder holding files of those names is not written into.
 bool is_run_folder(const std::string& dir);
 
 }  // namespace pinfeed::app
