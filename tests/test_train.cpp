@@ -127,6 +127,19 @@ TEST(Train, ResumeRefusesAChangedDatasetSizeNamingBothValues) {
   EXPECT_NE(error.find("16 training images, the training folder now has 17"), std::string::npos) << error;
 }
 
+TEST(Train, ResumeRefusesRenamedClassFoldersNamingTheFirstThatDiffers) {
+  StopRequest stop;
+  const std::string root = test::make_dataset("train_resume_classes", 2, 8, 1, 32);
+  const std::string runs = test::fresh_dir("train_resume_classes_runs");
+  train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
+  for (const char* split : {"train", "val"}) {  // the same images under another name: the count alone agrees
+    fs::rename(fs::path(root) / split / "class_001", fs::path(root) / split / "renamed");
+  }
+  const std::string error = resume_error(tiny_config(root, runs, 2));
+  EXPECT_NE(error.find("class 1 = 'class_001', the training folder's class 1 is 'renamed'"), std::string::npos)
+      << error;
+}
+
 TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
   StopRequest stop;
   const std::string root = test::make_dataset("train_bad_tsv", 2, 8, 1, 32);

@@ -106,6 +106,17 @@ void check_resumable(const Checkpoint& ck, const RunShape& run) {
                       std::to_string(run.batch_size) + ": the step position would not match; resume with "
                       "train.batch_size=" + std::to_string(ck.batch_size));
   }
+  // The same count of images under other class names (a folder renamed or swapped) would train other labels.
+  if (!ck.classes.empty() && !run.classes.empty() && ck.classes != run.classes) {
+    size_t i = 0;
+    while (i < ck.classes.size() && i < run.classes.size() && ck.classes[i] == run.classes[i]) ++i;
+    const auto name = [](const std::vector<std::string>& c, size_t k) {
+      return k < c.size() ? "'" + c[k] + "'" : std::string("none");
+    };
+    throw ConfigError(start + "class " + std::to_string(i) + " = " + name(ck.classes, i) +
+                      ", the training folder's class " + std::to_string(i) + " is " + name(run.classes, i) +
+                      ": labels would change meaning; resume on the same class folders, or start a new run");
+  }
   if (ck.steps_per_epoch != run.steps_per_epoch) {
     throw ConfigError(start + std::to_string(ck.steps_per_epoch) + " steps per epoch, this run has " +
                       std::to_string(run.steps_per_epoch) +

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "app/config/config.h"
 #include "app/run/checkpoint.h"
@@ -18,6 +19,7 @@ struct RunShape {
   int64_t batch_size = 0;       // per rank
   int64_t train_images = 0;     // in the training folder
   int64_t steps_per_epoch = 0;  // per rank
+  std::vector<std::string> classes;  // the training folder's class names, label i = classes[i]
 };
 
 // config: written into the checkpoint as text (to_toml).

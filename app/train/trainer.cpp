@@ -324,7 +324,8 @@ class Training {
   }
 
   RunShape shape() const {
-    return {dist_.world(), plan_.train_loader.batch_size, sets_.train->size(), steps_per_epoch_};
+    return {dist_.world(), plan_.train_loader.batch_size, sets_.train->size(), steps_per_epoch_,
+            sets_.train->folder().classes};
   }
 
   // What stays per rank until the epoch ends, gathered from every rank (all call it) for a mid-epoch checkpoint.
