@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -191,8 +192,14 @@ int run(int argc, char** argv) {
   if (result.main_rank && !result.epochs.empty()) {
     const auto& e = result.epochs.back();
     // Accuracies in percent, as the epoch lines print them (the files hold fractions).
-    std::printf("final: epoch %lld val_top1 %.2f%% val_top5 %.2f%% train_loss %.4f (run %s)\n",
-                static_cast<long long>(e.epoch), 100 * e.val_top1, 100 * e.val_top5, e.train_loss, result.run_dir.c_str());
+    if (std::isnan(e.val_top1)) {  // train.eval = false
+      std::printf("final: epoch %lld train_loss %.4f, not evaluated (run %s)\n", static_cast<long long>(e.epoch),
+                  e.train_loss, result.run_dir.c_str());
+    } else {
+      std::printf("final: epoch %lld val_top1 %.2f%% val_top5 %.2f%% train_loss %.4f (run %s)\n",
+                  static_cast<long long>(e.epoch), 100 * e.val_top1, 100 * e.val_top5, e.train_loss,
+                  result.run_dir.c_str());
+    }
   }
   return app::kExitOk;
 }
