@@ -24,25 +24,8 @@ void to_tee(const std::string& line) {
   std::fflush(g_tee);
 }
 
-// Control characters other than newline and tab shown as \xNN: a message quotes paths and values the user typed
-// (a file name holding an escape sequence must not drive the terminal).
-std::string printable(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const unsigned char ch : text) {
-    if ((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
-      out += hex;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out;
-}
-
 void emit(const char* prefix, const std::string& raw) {
-  const std::string message = printable(raw);
+  const std::string message = printable(raw, /*keep_line_breaks=*/true);
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_status_open) {
     std::fputc('\n', stderr);
@@ -54,6 +37,22 @@ void emit(const char* prefix, const std::string& raw) {
 }
 
 }  // namespace
+
+std::string printable(const std::string& text, bool keep_line_breaks) {
+  std::string out;
+  out.reserve(text.size());
+  for (const unsigned char ch : text) {
+    const bool line_break = keep_line_breaks && (ch == '\n' || ch == '\t');
+    if ((ch < 0x20 && !line_break) || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out;
+}
 
 void info(const std::string& message) { emit("", message); }
 void warn(const std::string& message) { emit("warning: ", message); }

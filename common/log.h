@@ -10,6 +10,10 @@ void info(const std::string& message);
 void warn(const std::string& message);
 void error(const std::string& message);
 
+// `text` with control characters shown as \xNN (newline and tab kept with keep_line_breaks): paths and values a
+// user typed, quoted in a message, must not drive the terminal. Every line printed here goes through it.
+std::string printable(const std::string& text, bool keep_line_breaks = false);
+
 // A progress line that redraws in place on a terminal: the next info/warn/error first ends it.
 void status(const std::string& line, bool redraw);
 

@@ -2,29 +2,17 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <map>
 
+#include "common/log.h"
 #include "data/error.h"
 
 namespace pinfeed::data {
 namespace fs = std::filesystem;
 
-std::string printable(const std::string& text) {
-  std::string out;
-  for (const unsigned char ch : text) {
-    if (ch < 0x20 || ch == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
-      out += hex;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out;
-}
+std::string printable(const std::string& text) { return log::printable(text); }
 
 bool is_image_file(const std::string& name) {
   const auto dot = name.rfind('.');

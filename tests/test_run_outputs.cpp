@@ -293,6 +293,17 @@ TEST(Log, TeeKeepsEveryPrintedLineInTheFile) {
   EXPECT_EQ(text.find("after the tee"), std::string::npos) << text;
 }
 
+// A path typed on the command line, quoted in a message, cannot drive the terminal: its escape sequence is shown.
+TEST(Log, ControlCharactersInAMessageAreShownEscaped) {
+  const std::string file = test::fresh_dir("log_escape") + "/run.log";
+  ASSERT_TRUE(log::tee(file));
+  log::error("/tmp/r\x1b[31m/last.pt: no such file\nsecond line");
+  log::tee("");
+  const std::string text = text_of(file);
+  EXPECT_NE(text.find("error: /tmp/r\\x1b[31m/last.pt: no such file\nsecond line\n"), std::string::npos) << text;
+  EXPECT_EQ(log::printable("a\tb\n"), "a\\x09b\\x0a");
+}
+
 TEST(RunOutputs, BadImagesAreListedOnceAcrossAResumeWithTabsAndNewlinesEscaped) {
   const std::string dir = test::fresh_dir("outputs_bad");
   Config c;
