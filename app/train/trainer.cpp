@@ -376,7 +376,7 @@ class Training {
     global_step_ += pending;
     steps_here_ += pending;
     if (!out) return;
-    if (dist_.active() || steps_here_ == 0 || epoch_steps_run_ == 0) {
+    if (dist_.active() || steps_here_ == 0) {  // at an epoch's first batch: its start is the position
       log::warn(why + ": nothing saved at this step; the last checkpoint written is kept");
       return;
     }
