@@ -140,8 +140,8 @@ std::string resume_path(const std::string& run_dir, const std::string& run_name,
   if (dir.empty()) dir = ".";
   if (!is_run_folder(dir)) {
     load_checkpoint(resume);  // what is wrong with the file itself comes first: missing, a state dict, not a checkpoint
-    throw ConfigError("--resume " + resume + ": " + dir + " is not a pinfeed run folder (no run.json, nor " +
-                      "config.toml with metrics.jsonl): pinfeed resumes a run only in the folder it wrote; " +
+    throw ConfigError("--resume " + resume + ": " + dir + " is not a pinfeed run folder (no run.json that pinfeed " +
+                      "wrote, nor a pinfeed config.toml beside its metrics): pinfeed resumes a run only in the folder it wrote; " +
                       "give the last.pt of a folder under " + run_dir + ", or start a new run");
   }
   return resume;
