@@ -49,17 +49,16 @@ class ConvForkFunction : public torch::autograd::Function<ConvForkFunction> {
     const at::ScalarType weight_type = ctx->saved_data["weight_type"].toScalarType();
     if (!grads[0].defined()) return {dz.defined() ? dz.to(x_type) : dz, at::Tensor()};
     const at::Tensor dy = grads[0].to(w.scalar_type()).contiguous(x.suggest_memory_format());
-    const at::Tensor dw = std::get<1>(
-        at::convolution_backward(dy, x, w, std::nullopt, kOne, kZero, kOne, false, kZero, 1, {false, true, false}));
-    at::Tensor dx;
-    if (dz.defined() && can_accumulate_into(dz, x, w) && dy.is_contiguous(c10::MemoryFormat::ChannelsLast)) {
+    const bool fold = dz.defined() && can_accumulate_into(dz, x, w) && dy.is_contiguous(c10::MemoryFormat::ChannelsLast);
+    // One call for the weight gradient, and for the data gradient where it is not folded into dz.
+    auto [dx, dw, db] =
+        at::convolution_backward(dy, x, w, std::nullopt, kOne, kZero, kOne, false, kZero, 1, {!fold, true, false});
+    if (fold) {
       // dz += dy W: the (N*H*W, K) gradient rows times the (K, C) weight, added as the GEMM writes.
       rows(dz).addmm_(rows(dy), w.view({w.size(0), w.size(1)}));
       dx = dz;
-    } else {
-      dx = std::get<0>(
-          at::convolution_backward(dy, x, w, std::nullopt, kOne, kZero, kOne, false, kZero, 1, {true, false, false}));
-      if (dz.defined()) dx = dx + dz;
+    } else if (dz.defined()) {
+      dx = dx + dz;
     }
     return {dx.to(x_type), dw.to(weight_type)};
   }
