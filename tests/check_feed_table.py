@@ -1,0 +1,56 @@
+"""scripts/feed_table.py on the feed's raw data kept in docs/: one row per (image size, threads), pinfeed's share of
+the gpu_resident row of its own bench, DALI's best hw_decoder_load at the same threads and the ratio of the
+medians; a point DALI did not run shows n/a.
+
+Usage: check_feed_table.py REPO_ROOT.
+"""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+
+def fail(message):
+    print("FAILED: " + message)
+    sys.exit(1)
+
+
+def main():
+    repo = pathlib.Path(sys.argv[1])
+    data = repo / "docs" / "data" / "training-step"
+    script = repo / "scripts" / "feed_table.py"
+    ours = sorted(str(p) for p in data.glob("feed-fp16-*.json"))
+    theirs = sorted(str(p) for p in data.glob("dali-compile-fp16-*.json"))
+    if len(ours) != 4 or len(theirs) != 2:
+        fail(f"expected 4 pinfeed and 2 DALI files in {data}, found {ours} {theirs}")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "feed.json"
+        r = subprocess.run([sys.executable, str(script), "--pinfeed", *ours, "--dali", *theirs, "--json", str(out)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"exit {r.returncode}\n{r.stdout}{r.stderr}")
+        table = json.loads(out.read_text())
+    if [(t["image_size"], t["threads"]) for t in table] != [(224, 2), (224, 4), (160, 2), (160, 4)]:
+        fail(f"rows: {[(t['image_size'], t['threads']) for t in table]}")
+    for t in table:
+        doc = json.loads((data / f"feed-fp16-{t['image_size']}-w{t['threads']}.json").read_text())
+        rows = {row["mode"]: row for row in doc["rows"]}
+        if abs(t["pinfeed"][0] - rows["dual_stream"]["samples_per_s_median"]) > 1e-6 * t["pinfeed"][0]:
+            fail(f"{t}: pinfeed median is not the bench's")
+        if abs(t["share_of_ceiling"] - t["pinfeed"][0] / rows["gpu_resident"]["samples_per_s_median"]) > 1e-9:
+            fail(f"{t}: the share is not of the same bench's gpu_resident row")
+        dali = json.loads((data / f"dali-compile-fp16-{t['image_size']}.json").read_text())
+        best = max(row["samples_per_s_median"] for row in dali["rows"] if row.get("threads") == t["threads"])
+        if abs(t["dali"][0] - best) > 1e-6 * best or abs(t["pinfeed_over_dali"] - t["pinfeed"][0] / best) > 1e-9:
+            fail(f"{t}: DALI's best load at {t['threads']} threads is {best}")
+    if "| 224 | 2 |" not in r.stdout or "x** |" not in r.stdout:
+        fail("table:\n" + r.stdout)
+    r = subprocess.run([sys.executable, str(script), "--pinfeed", ours[0]], capture_output=True, text=True)
+    if r.returncode != 0 or r.stdout.count("| n/a | n/a |") != 1:
+        fail(f"without DALI: exit {r.returncode}\n{r.stdout}{r.stderr}")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
