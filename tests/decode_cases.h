@@ -51,6 +51,8 @@ inline std::vector<NamedFile> decode_cases(bool corrupt) {
     files.push_back({"progressive_" + tag, encode(img, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})});
     files.push_back({"grayscale_" + tag, encode(gray, ".jpg")});
     files.push_back({"sampling_444_" + tag, encode_libjpeg(img, Libjpeg::k444)});
+    files.push_back({"sampling_422_" + tag, encode_libjpeg(img, Libjpeg::k422)});
+    files.push_back({"sampling_440_" + tag, encode_libjpeg(img, Libjpeg::k440)});
     files.push_back({"restart_markers_" + tag, encode(img, ".jpg", {cv::IMWRITE_JPEG_RST_INTERVAL, 4})});
   }
   const cv::Mat img = smooth_image(200, 150, 9);

@@ -24,6 +24,8 @@ using Bytes = std::vector<uint8_t>;
 // What libjpeg can write and OpenCV 4.6 cannot.
 enum class Libjpeg {
   k444,           // YCbCr 4:4:4, baseline
+  k422,           // YCbCr 4:2:2 (luma 2x1 over chroma 1x1), baseline
+  k440,           // YCbCr 4:4:0 (luma 1x2 over chroma 1x1), baseline
   kCmyk,          // CMYK (Adobe marker)
   kRgb,           // RGB stored as is (Adobe marker, transform 0)
   kMultiScan,     // baseline, one scan per component (non-interleaved)
@@ -51,6 +53,8 @@ inline Bytes encode_libjpeg(const cv::Mat& bgr, Libjpeg kind) {
   jpeg_set_quality(&cinfo, kind == Libjpeg::kExtended ? 5 : 90, /*force_baseline=*/kind != Libjpeg::kExtended);
   if (kind == Libjpeg::kRgb) jpeg_set_colorspace(&cinfo, JCS_RGB);
   if (!cmyk) cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;  // 4:4:4
+  if (kind == Libjpeg::k422) cinfo.comp_info[0].h_samp_factor = 2;
+  if (kind == Libjpeg::k440) cinfo.comp_info[0].v_samp_factor = 2;
   if (kind == Libjpeg::kProgressiveH2V4 || kind == Libjpeg::kProgressiveH1V4) {
     const bool h2 = kind == Libjpeg::kProgressiveH2V4;
     cinfo.comp_info[0].h_samp_factor = h2 ? 2 : 1;
