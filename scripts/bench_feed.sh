@@ -8,7 +8,8 @@
 #   PINFEED_FEED_DATA     ImageFolder (default: generated once, 100 classes x 96 photo-like JPEGs of 500x375)
 #   SIZES THREADS         image sizes and CPU threads (default "224 160", "2 4")
 #   PARTS                 any of: pinfeed dali trace (default "pinfeed dali"); trace: a Kineto trace of 10
-#                         steps of each pinfeed row at 2 threads, summed by scripts/trace_kernels.py
+#                         steps of each pinfeed row at 2 threads, summed by scripts/trace_kernels.py (kernel
+#                         time) and scripts/trace_gaps.py (where the step's stream waited)
 #   REPEATS               per point (default 2); 20 timed steps after 6 warm-up ones at 224 px, 40 after 10 below
 #   PYTHON                Python with torch, torchvision and nvidia-dali-cuda130 (default python3)
 set -euo pipefail
@@ -52,6 +53,7 @@ for size in $sizes; do
     for m in dual_stream gpu_resident; do
       if [ -f "$out/trace-$size/trace.$m.json" ]; then
         "$python" scripts/trace_kernels.py "$out/trace-$size/trace.$m.json" --top 12 > "$out/kernels-$size-$m.txt"
+        "$python" scripts/trace_gaps.py "$out/trace-$size/trace.$m.json" > "$out/gaps-$size-$m.txt"
       fi
     done
   fi
