@@ -223,7 +223,9 @@ struct Layer {
 // Microseconds per call; -1 where cuDNN had no plan.
 struct Times {
   double conv = -1, conv_stats = -1, sbr_conv_stats = -1, finalize = -1, sbar = -1;
-  double bn_forward = -1, bn_forward_frontend = -1;  // this layer's BN (+add) + ReLU: pinfeed's, the frontend's
+  // This layer's BN (+add) + ReLU, forward and backward (with the add's gradient after conv3): pinfeed's, the
+  // frontend's.
+  double bn_forward = -1, bn_forward_frontend = -1, bn_own_backward = -1, bn_own_backward_frontend = -1;
   double dgrad = -1, wgrad = -1, bn_backward = -1, bn_backward_frontend = -1;  // the unit's (BN of the C input)
   double dgrad_drelu_dbn_weight = -1, dbn_apply = -1, sbr_wgrad = -1;
   double forward_today() const { return conv + bn_forward; }
@@ -323,8 +325,25 @@ void time_forward(int64_t n, const Layer& l, Times* t) {
     t->bn_forward_frontend = time_graph(*g, p, &why);
     report("frontend batchnorm");
   }
-  double unused = 0;
-  pinfeed_batch_norm(n, k, hw, conv3, &t->bn_forward, &unused);
+  {  // and its backward: the ReLU's gradient from a bit mask, after conv3 also given out as the shortcut's gradient
+    auto g = new_graph();
+    auto DY = nhwc(*g, "dy", n, k, hw, hw), Y = nhwc(*g, "y", n, k, hw, hw);
+    auto MK = nhwc(*g, "mask", n, k, hw, hw, fe::DataType_t::BOOLEAN);
+    auto G = channels(*g, "gamma", k), M = channels(*g, "mean", k), V = channels(*g, "inv_var", k);
+    auto D = pointwise(*g, DY, MK, PointwiseMode_t::MUL);
+    D->set_output(conv3).set_data_type(fe::DataType_t::HALF);
+    auto [DX, dscale, dbias] = g->batchnorm_backward(
+        D, Y, G, fe::graph::Batchnorm_backward_attributes().set_saved_mean_and_inv_variance(M, V));
+    DX->set_output(true);
+    float_outputs({dscale, dbias});
+    Buffer dy = Buffer::half(n * k * hw * hw, 0.01f), mask(n * k * hw * hw / 8 + 1);
+    Pack p{{DY, dy.p}, {Y, y.p}, {MK, mask.p}, {G, scale.p}, {M, s3.p}, {V, running_var.p}, {DX, out.p},
+           {dscale, s5.p}, {dbias, s6.p}};
+    if (conv3) p[D] = residual.p;
+    t->bn_own_backward_frontend = time_graph(*g, p, &why);
+    report("frontend batchnorm_backward");
+  }
+  pinfeed_batch_norm(n, k, hw, conv3, &t->bn_forward, &t->bn_own_backward);
   CUDA_OK(cudaStreamSynchronize(stream));
 }
 
@@ -508,13 +527,11 @@ int main(int argc, char** argv) {
                           t.dbn_apply >= 0 && t.sbr_wgrad >= 0));
     fwd_today += l.count * t.forward_today();
     fwd_fused += l.count * t.forward_fused();
-    bn_pinfeed += l.count * t.bn_forward;
-    bn_frontend += l.count * t.bn_forward_frontend;
+    bn_pinfeed += l.count * (t.bn_forward + t.bn_own_backward);
+    bn_frontend += l.count * (t.bn_forward_frontend + t.bn_own_backward_frontend);
     if (unit) {
       bwd_today += l.count * t.backward_today();
       bwd_fused += l.count * t.backward_fused();
-      bn_pinfeed += l.count * t.bn_backward;
-      bn_frontend += l.count * t.bn_backward_frontend;
     }
   }
   const bool bf16 = bf16_conv_stats(n);
@@ -522,8 +539,8 @@ int main(int argc, char** argv) {
   std::printf("Per step, these layers (us): forward today %.0f, fused %.0f; backward today %.0f, fused %.0f; "
               "the fused form saves %.0f\n", fwd_today, fwd_fused, bwd_today, bwd_fused,
               (fwd_today + bwd_today) - (fwd_fused + bwd_fused));
-  std::printf("BatchNorm alone, forward + backward (us per step): pinfeed's %.0f, the frontend's %.0f\n", bn_pinfeed,
-              bn_frontend);
+  std::printf("These layers' BatchNorms alone, forward + backward (us per step): pinfeed's %.0f, the frontend's %.0f\n",
+              bn_pinfeed, bn_frontend);
   std::printf("bf16 conv + genstats: %s\n", bf16 ? "a plan exists" : "no plan (the fusions are fp16 only here)");
   if (json) {
     FILE* f = std::fopen(json, "w");
@@ -544,8 +561,9 @@ int main(int argc, char** argv) {
       const std::pair<const char*, double> fields[] = {
           {"conv", t.conv}, {"conv_genstats", t.conv_stats}, {"sbr_conv_genstats", t.sbr_conv_stats},
           {"bn_finalize", t.finalize}, {"scale_bias_add_relu", t.sbar}, {"bn_forward_pinfeed", t.bn_forward},
-          {"bn_forward_frontend", t.bn_forward_frontend}, {"dgrad", t.dgrad}, {"wgrad", t.wgrad},
-          {"bn_backward_pinfeed", t.bn_backward}, {"bn_backward_frontend", t.bn_backward_frontend},
+          {"bn_forward_frontend", t.bn_forward_frontend}, {"bn_backward_own_pinfeed", t.bn_own_backward},
+          {"bn_backward_own_frontend", t.bn_own_backward_frontend}, {"dgrad", t.dgrad}, {"wgrad", t.wgrad},
+          {"bn_backward_unit_pinfeed", t.bn_backward}, {"bn_backward_unit_frontend", t.bn_backward_frontend},
           {"dgrad_drelu_dbn_weight", t.dgrad_drelu_dbn_weight}, {"dbn_apply", t.dbn_apply},
           {"sbr_wgrad", t.sbr_wgrad}};
       std::fprintf(f, "    {\"layer\": \"%s\", \"c\": %ld, \"k\": %ld, \"hw\": %ld, \"kernel\": %ld, \"count\": %d", l.name,
