@@ -218,6 +218,8 @@ struct Layer {
   const char* role;  // conv1, conv2 or conv3 of its block
   int64_t c, k, hw, r;
   int count;
+  bool first() const { return std::strcmp(role, "conv1") == 0; }  // its input is a block's output
+  bool last() const { return std::strcmp(role, "conv3") == 0; }   // BN + add + ReLU after it
 };
 
 // Microseconds per call; -1 where cuDNN had no plan.
@@ -229,18 +231,24 @@ struct Times {
   double dgrad = -1, wgrad = -1, bn_backward = -1, bn_backward_frontend = -1;  // the unit's (BN of the C input)
   double dgrad_drelu_dbn_weight = -1, dbn_apply = -1, sbr_wgrad = -1;
   double forward_today() const { return conv + bn_forward; }
-  double forward_fused() const {
-    return (std::strcmp(role, "conv1") == 0 ? conv_stats : sbr_conv_stats) + finalize +
-           (std::strcmp(role, "conv3") == 0 ? sbar : 0);
+  double forward_fused(const Layer& l) const {
+    return (l.first() ? conv_stats : sbr_conv_stats) + finalize + (l.last() ? sbar : 0);
   }
   double backward_today() const { return dgrad + wgrad + bn_backward; }
   double backward_fused() const { return dgrad_drelu_dbn_weight + dbn_apply + sbr_wgrad; }
-  const char* role = "";
+  // Whether every graph the accounting of layer l uses had a plan.
+  bool complete(const Layer& l) const {
+    const bool forward = conv >= 0 && bn_forward >= 0 && finalize >= 0 &&
+                         (l.first() ? conv_stats : sbr_conv_stats) >= 0 && (!l.last() || sbar >= 0);
+    const bool backward = l.first() || (dgrad >= 0 && wgrad >= 0 && bn_backward >= 0 &&
+                                        dgrad_drelu_dbn_weight >= 0 && dbn_apply >= 0 && sbr_wgrad >= 0);
+    return forward && backward;
+  }
 };
 
 void time_forward(int64_t n, const Layer& l, Times* t) {
   const int64_t c = l.c, k = l.k, hw = l.hw, r = l.r, pad = r / 2;
-  const bool conv3 = std::strcmp(l.role, "conv3") == 0;
+  const bool conv3 = l.last();
   Buffer x = Buffer::half(n * c * hw * hw, 1), w = Buffer::half(k * c * r * r, 0.05f), y = Buffer::half(n * k * hw * hw, 0),
          out = Buffer::half(n * k * hw * hw, 0), residual = Buffer::half(n * k * hw * hw, 1);
   Buffer in_scale = Buffer::half(c, 1), in_bias = Buffer::half(c, 0.1f);  // the previous BN's, as finalize gives
@@ -508,25 +516,19 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
     Times& t = times[i];
-    t.role = l.role;
     time_forward(n, l, &t);
-    const bool unit = std::strcmp(l.role, "conv1") != 0;  // a BN+ReLU -> conv unit
+    const bool unit = !l.first();  // a BN+ReLU -> conv unit
     if (unit) time_backward(n, l, &t);
     std::printf("%-9s | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f", l.name, t.conv, t.conv_stats,
-                t.sbr_conv_stats, t.finalize, t.sbar, t.bn_forward, t.forward_today(), t.forward_fused());
+                t.sbr_conv_stats, t.finalize, t.sbar, t.bn_forward, t.forward_today(), t.forward_fused(l));
     if (unit) {
       std::printf(" | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f", t.dgrad, t.wgrad, t.bn_backward,
                   t.dgrad_drelu_dbn_weight, t.dbn_apply, t.sbr_wgrad, t.backward_today(), t.backward_fused());
     }
     std::printf("  x%d\n", l.count);
-    const bool has_conv3 = std::strcmp(l.role, "conv3") == 0;
-    complete = complete && t.conv >= 0 && t.bn_forward >= 0 && t.finalize >= 0 &&
-               (std::strcmp(l.role, "conv1") == 0 ? t.conv_stats >= 0 : t.sbr_conv_stats >= 0) &&
-               (!has_conv3 || t.sbar >= 0) &&
-               (!unit || (t.dgrad >= 0 && t.wgrad >= 0 && t.bn_backward >= 0 && t.dgrad_drelu_dbn_weight >= 0 &&
-                          t.dbn_apply >= 0 && t.sbr_wgrad >= 0));
+    complete = complete && t.complete(l);
     fwd_today += l.count * t.forward_today();
-    fwd_fused += l.count * t.forward_fused();
+    fwd_fused += l.count * t.forward_fused(l);
     bn_pinfeed += l.count * (t.bn_forward + t.bn_own_backward);
     bn_frontend += l.count * (t.bn_forward_frontend + t.bn_own_backward_frontend);
     if (unit) {
@@ -535,7 +537,7 @@ int main(int argc, char** argv) {
     }
   }
   const bool bf16 = bf16_conv_stats(n);
-  if (!complete) std::printf("Some graphs had no plan (above): the totals leave them out and do not compare.\n");
+  if (!complete) std::printf("Some graphs had no plan (above): the totals below are not valid.\n");
   std::printf("Per step, these layers (us): forward today %.0f, fused %.0f; backward today %.0f, fused %.0f; "
               "the fused form saves %.0f\n", fwd_today, fwd_fused, bwd_today, bwd_fused,
               (fwd_today + bwd_today) - (fwd_fused + bwd_fused));
