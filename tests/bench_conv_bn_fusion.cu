@@ -14,8 +14,9 @@
 //   fused  data gradient + dReLU + the BN weight gradients in one graph, the dBN apply pass, the weight gradient
 //          with the scale-bias-ReLU recomputed in its prologue
 // Each graph's candidate plans (cuDNN's heuristics A, then fallback; at most --plans) are timed and the fastest
-// kept, as autotuning at start-up would; each time is the median of 11 runs after 2. Speed only: the values are
-// not checked. The frontend's own BatchNorm graphs are timed too, against pinfeed's.
+// kept, as autotuning at start-up would; each time is the median of 11 runs after 2, one call between two events
+// on an otherwise idle GPU (so the host's launch of the call is in it). Speed only: the values are not checked.
+// The frontend's own BatchNorm graphs are timed too, against pinfeed's.
 //
 // usage: bench_conv_bn_fusion [--batch N] [--plans P] [--json FILE]. Exits 77 without a CUDA device.
 #include <cstring>  // before the frontend's headers, which use std::strlen without it
@@ -236,13 +237,14 @@ struct Times {
   }
   double backward_today() const { return dgrad + wgrad + bn_backward; }
   double backward_fused() const { return dgrad_drelu_dbn_weight + dbn_apply + sbr_wgrad; }
-  // Whether every graph the accounting of layer l uses had a plan.
+  // Whether every graph the totals of layer l use had a plan.
   bool complete(const Layer& l) const {
     const bool forward = conv >= 0 && bn_forward >= 0 && finalize >= 0 &&
                          (l.first() ? conv_stats : sbr_conv_stats) >= 0 && (!l.last() || sbar >= 0);
     const bool backward = l.first() || (dgrad >= 0 && wgrad >= 0 && bn_backward >= 0 &&
                                         dgrad_drelu_dbn_weight >= 0 && dbn_apply >= 0 && sbr_wgrad >= 0);
-    return forward && backward;
+    const bool batch_norm = bn_forward_frontend >= 0 && bn_own_backward >= 0 && bn_own_backward_frontend >= 0;
+    return forward && backward && batch_norm;
   }
 };
 
@@ -459,6 +461,12 @@ bool bf16_conv_stats(int64_t n) {
   return prepare(*g).is_good();
 }
 
+std::string cell(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
 std::string json_number(double v) {
   if (v < 0) return "null";
   char b[32];
@@ -495,8 +503,9 @@ int main(int argc, char** argv) {
   CUDNN_OK(cudnnSetStream(handle, stream));
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  // Per bottleneck block: conv1 (1x1, 4C -> C), conv2 (3x3, C -> C), conv3 (1x1, C -> 4C). Counted once per
-  // block with that shape at stride 1 (each stage's first block differs: stride 2 or 64 input channels).
+  // Per bottleneck block: conv1 (1x1, 4C -> C), conv2 (3x3, C -> C), conv3 (1x1, C -> 4C), each counted in every
+  // block where it has that shape at stride 1: all conv3s; the conv2s but stages 2-4's first (stride 2); the conv1s
+  // but each stage's first (other input channels). Left out: those 7, the stem and the 4 downsample convolutions.
   const std::vector<Layer> layers = {
       {"s1.conv1", "conv1", 256, 64, 56, 1, 2},   {"s1.conv2", "conv2", 64, 64, 56, 3, 3},
       {"s1.conv3", "conv3", 64, 256, 56, 1, 3},   {"s2.conv1", "conv1", 512, 128, 28, 1, 3},
@@ -519,8 +528,10 @@ int main(int argc, char** argv) {
     time_forward(n, l, &t);
     const bool unit = !l.first();  // a BN+ReLU -> conv unit
     if (unit) time_backward(n, l, &t);
-    std::printf("%-9s | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f", l.name, t.conv, t.conv_stats,
-                t.sbr_conv_stats, t.finalize, t.sbar, t.bn_forward, t.forward_today(), t.forward_fused(l));
+    // "-": not part of this layer's forms (scale-bias-add-ReLU follows conv3 only); -1: cuDNN had no plan.
+    std::printf("%-9s | %7.1f %7.1f %7.1f %7.1f %7s %7.1f | %7.1f %7.1f", l.name, t.conv, t.conv_stats,
+                t.sbr_conv_stats, t.finalize, l.last() ? cell(t.sbar).c_str() : "-", t.bn_forward, t.forward_today(),
+                t.forward_fused(l));
     if (unit) {
       std::printf(" | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f", t.dgrad, t.wgrad, t.bn_backward,
                   t.dgrad_drelu_dbn_weight, t.dbn_apply, t.sbr_wgrad, t.backward_today(), t.backward_fused());
