@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Whether NVIDIA's MLPerf form of the convolution + BatchNorm fusions would pay over pinfeed's fp16 step on this
 # GPU (docs/training-step.md#the-cudnn-frontend-fusions): builds tests/bench_conv_bn_fusion.cu against the cuDNN
-# frontend's headers and runs it. Writes OUT_DIR/fusion.json (every layer's times) and OUT_DIR/fusion.txt (the table).
+# frontend's headers and runs it. Writes OUT_DIR/fusion.json (every layer's times), OUT_DIR/fusion.txt (the
+# program's table) and OUT_DIR/fusion.md (the page's tables, by scripts/fusion_table.py).
 #   usage: scripts/bench_fusion.sh OUT_DIR
 #   PINFEED_BUILD_DIR               build folder (default <repo>/build, made by setup.sh if missing)
 #   PINFEED_CUDNN_FRONTEND_INCLUDE  the frontend's include/ (default: the nvidia-cudnn-frontend wheel's, installed
@@ -29,3 +30,4 @@ cmake --build "$build" --target bench_conv_bn_fusion
 cmake -S "$repo" -B "$build" -DPINFEED_CUDNN_FRONTEND_INCLUDE= >/dev/null
 "$build/tests/bench_conv_bn_fusion" --batch "${BATCH:-256}" --plans "${PLANS:-8}" --json "$out/fusion.json" |
   tee "$out/fusion.txt"
+python3 "$repo/scripts/fusion_table.py" "$out/fusion.json" | tee "$out/fusion.md"
