@@ -17,12 +17,29 @@ namespace pinfeed::model {
 // Empty when the fused op can run in this build (LibTorch with CUDA, cuDNN found at build time); else why not.
 std::string fused_batch_norm_unavailable_reason();
 
+// Which BN + ReLU and BN + add + ReLU calls run through the cuDNN frontend's graph API instead of cuDNN's
+// ...TrainingEx / ...BackwardEx calls (plain BN always takes the latter). Its forward is faster at every size,
+// its backward only at 14x14 and smaller (ResNet-50's stages 3 and 4 at 224 px; docs/training-step.md).
+enum class GraphBatchNorm {
+  kNone,
+  kSmall,  // H x W <= 14 x 14
+  kAll,
+};
+
+inline const char* to_string(GraphBatchNorm g) {
+  return g == GraphBatchNorm::kNone ? "off" : g == GraphBatchNorm::kSmall ? "small" : "all";
+}
+
+// Empty when this build has the graph API's route (the cuDNN frontend's headers found at build time).
+std::string graph_batch_norm_unavailable_reason();
+
 // relu(bn(x) + residual) with residual defined, relu(bn(x)) with relu, else bn(x): the batch's statistics
 // normalise x, and bn's running_mean, running_var and num_batches_tracked are updated as BatchNorm2d's forward
 // updates them (momentum bn.options.momentum(), unbiased running variance). x: (N, C, H, W) bf16 or fp16 on CUDA
 // (made channels_last if it is not); residual: x's shape and dtype; bn's weight, bias and statistics float32.
 // Differentiable in x, residual, weight and bias. A residual needs relu (cuDNN fuses only add + activation).
+// graph: where the graph API's route runs instead (channel counts that are multiples of 8).
 torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, torch::nn::BatchNorm2dImpl& bn,
-                               bool relu);
+                               bool relu, GraphBatchNorm graph = GraphBatchNorm::kNone);
 
 }  // namespace pinfeed::model

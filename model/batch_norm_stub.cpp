@@ -9,7 +9,10 @@ std::string fused_batch_norm_unavailable_reason() {
   return "this pinfeed was built without CUDA and cuDNN (fused BatchNorm is cuDNN's)";
 }
 
-torch::Tensor fused_batch_norm(const torch::Tensor&, const torch::Tensor&, torch::nn::BatchNorm2dImpl&, bool) {
+std::string graph_batch_norm_unavailable_reason() { return fused_batch_norm_unavailable_reason(); }
+
+torch::Tensor fused_batch_norm(const torch::Tensor&, const torch::Tensor&, torch::nn::BatchNorm2dImpl&, bool,
+                               GraphBatchNorm) {
   throw std::runtime_error("fused_batch_norm: " + fused_batch_norm_unavailable_reason());
 }
 

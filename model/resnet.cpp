@@ -23,8 +23,8 @@ torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) 
 // relu(bn(x) + residual), relu(bn(x)) or bn(x) (residual undefined, relu false): in training mode with fused on,
 // one cuDNN op forward and one backward; else ATen's BN, add and ReLU, each a pass over memory.
 torch::Tensor bn_add_relu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
-                          bool relu, bool fused) {
-  if (fused && bn.is_training()) return fused_batch_norm(x, residual, bn, relu);
+                          bool relu, bool fused, GraphBatchNorm graph) {
+  if (fused && bn.is_training()) return fused_batch_norm(x, residual, bn, relu, graph);
   torch::Tensor y = bn.forward(x);
   if (residual.defined()) y += residual;
   return relu ? F::relu(y, F::ReLUFuncOptions().inplace(true)) : y;
@@ -32,8 +32,9 @@ torch::Tensor bn_add_relu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x
 
 }  // namespace
 
-BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn, bool fold_grad_add)
-    : fused_bn_(fused_bn), fold_grad_add_(fold_grad_add) {
+BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn, bool fold_grad_add,
+                               GraphBatchNorm bn_graph)
+    : fused_bn_(fused_bn), fold_grad_add_(fold_grad_add), bn_graph_(bn_graph) {
   const int64_t out_planes = planes * kExpansion;
   conv1 = register_module("conv1", conv(in_planes, planes, 1, 1));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
@@ -57,17 +58,18 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   } else {
     out = conv1(x);
   }
-  out = bn_add_relu(*bn1, out, {}, true, fused_bn_);
-  out = bn_add_relu(*bn2, conv2(out), {}, true, fused_bn_);
+  out = bn_add_relu(*bn1, out, {}, true, fused_bn_, bn_graph_);
+  out = bn_add_relu(*bn2, conv2(out), {}, true, fused_bn_, bn_graph_);
   if (downsample) {  // downsample.0 (conv) and downsample.1 (BN), called one by one so that the BN can be fused
     identity = downsample[0]->as<torch::nn::Conv2d>()->forward(identity);
-    identity = bn_add_relu(*downsample[1]->as<torch::nn::BatchNorm2d>(), identity, {}, false, fused_bn_);
+    identity = bn_add_relu(*downsample[1]->as<torch::nn::BatchNorm2d>(), identity, {}, false, fused_bn_, bn_graph_);
   }
-  return bn_add_relu(*bn3, conv3(out), identity, true, fused_bn_);
+  return bn_add_relu(*bn3, conv3(out), identity, true, fused_bn_, bn_graph_);
 }
 
 ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
-    : fused_bn_(options.fused_bn), stem_max_pool_(options.stem_max_pool), fold_grad_add_(options.fold_grad_add) {
+    : fused_bn_(options.fused_bn), stem_max_pool_(options.stem_max_pool), fold_grad_add_(options.fold_grad_add),
+      bn_graph_(options.bn_graph) {
   conv1 = register_module("conv1", conv(3, 64, 7, 2));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
   layer1 = register_module("layer1", make_layer(64, layers[0], 1));
@@ -81,7 +83,7 @@ ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
 torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
   torch::nn::Sequential layer;
   for (int64_t i = 0; i < blocks; ++i) {
-    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1, fused_bn_, fold_grad_add_));
+    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1, fused_bn_, fold_grad_add_, bn_graph_));
     in_planes_ = planes * BottleneckImpl::kExpansion;
   }
   return layer;
@@ -106,7 +108,7 @@ void ResNetImpl::init_weights(bool zero_init_residual) {
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = bn_add_relu(*bn1, stem_conv(x), {}, true, fused_bn_);
+  x = bn_add_relu(*bn1, stem_conv(x), {}, true, fused_bn_, bn_graph_);
   x = stem_max_pool_ && is_training() ? stem_max_pool(x)
                                       : F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   x = layer4->forward(layer3->forward(layer2->forward(layer1->forward(x))));

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "model/batch_norm.h"
+
 namespace pinfeed::model {
 
 struct ResNetOptions {
@@ -27,13 +29,16 @@ struct ResNetOptions {
   // In training, each block's input gradient summed inside its first convolution's data gradient
   // (model/conv_fork.h) instead of by a separate add: channels_last tensors (model.fold_grad_add).
   bool fold_grad_add = false;
+  // With fused_bn, which BN + ReLU (+ add) run through the cuDNN frontend's graph API (model.bn_graph).
+  GraphBatchNorm bn_graph = GraphBatchNorm::kNone;
 };
 
 class BottleneckImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 4;
 
-  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn = false, bool fold_grad_add = false);
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn = false, bool fold_grad_add = false,
+                 GraphBatchNorm bn_graph = GraphBatchNorm::kNone);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
@@ -42,6 +47,7 @@ class BottleneckImpl : public torch::nn::Module {
 
  private:
   bool fused_bn_, fold_grad_add_;
+  GraphBatchNorm bn_graph_;
 };
 TORCH_MODULE(Bottleneck);
 
@@ -64,6 +70,7 @@ class ResNetImpl : public torch::nn::Module {
   void init_weights(bool zero_init_residual);
   int64_t in_planes_ = 64;
   bool fused_bn_, stem_max_pool_, fold_grad_add_;
+  GraphBatchNorm bn_graph_;
 };
 TORCH_MODULE(ResNet);
 

@@ -5,9 +5,8 @@
 # program's table) and OUT_DIR/fusion.md (the page's tables, by scripts/fusion_table.py).
 #   usage: scripts/bench_fusion.sh OUT_DIR
 #   PINFEED_BUILD_DIR               build folder (default <repo>/build, made by setup.sh if missing)
-#   PINFEED_CUDNN_FRONTEND_INCLUDE  the frontend's include/ (default: the nvidia-cudnn-frontend wheel's, installed
-#                                   into pinfeed's venv; needs the network once)
-#   FRONTEND_VERSION                that wheel's version (default 1.23.0)
+#   PINFEED_CUDNN_FRONTEND_INCLUDE  the frontend's include/ (default: the one the build found, the
+#                                   nvidia-cudnn-frontend wheel's that scripts/setup.sh installs)
 #   BATCH PLANS                     batch (default 256) and plans tried per graph (default 8)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,19 +14,13 @@ out=${1:?usage: scripts/bench_fusion.sh OUT_DIR}
 mkdir -p "$out"
 build=${PINFEED_BUILD_DIR:-$repo/build}
 [ -f "$build/build.ninja" ] || "$repo/scripts/setup.sh"
-include=${PINFEED_CUDNN_FRONTEND_INCLUDE:-}
-if [ -z "$include" ]; then
-  venv=$(cat "$build/.venv_path" 2>/dev/null || true)
-  [ -n "$venv" ] || { echo "[bench_fusion] no venv recorded in $build: run scripts/setup.sh" >&2; exit 1; }
-  "$venv/bin/pip" install -q "nvidia-cudnn-frontend==${FRONTEND_VERSION:-1.23.0}"
-  include=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/include
-fi
-[ -f "$include/cudnn_frontend.h" ] || { echo "[bench_fusion] no cudnn_frontend.h in $include" >&2; exit 1; }
+include=${PINFEED_CUDNN_FRONTEND_INCLUDE:-$(sed -n 's/^PINFEED_CUDNN_FRONTEND_INCLUDE:PATH=//p' "$build/CMakeCache.txt")}
+[ -f "$include/cudnn_frontend.h" ] || { echo "[bench_fusion] no cudnn_frontend.h in '$include'" >&2; exit 1; }
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
-cmake -S "$repo" -B "$build" -DPINFEED_CUDNN_FRONTEND_INCLUDE="$include" >/dev/null
+cmake -S "$repo" -B "$build" -DPINFEED_CUDNN_FRONTEND_INCLUDE="$include" -DPINFEED_BUILD_FUSION_BENCH=ON >/dev/null
 cmake --build "$build" --target bench_conv_bn_fusion
 # The folder's later builds leave the benchmark out again (a minute or two to compile); its executable stays.
-cmake -S "$repo" -B "$build" -DPINFEED_CUDNN_FRONTEND_INCLUDE= >/dev/null
+cmake -S "$repo" -B "$build" -DPINFEED_BUILD_FUSION_BENCH=OFF >/dev/null
 "$build/tests/bench_conv_bn_fusion" --batch "${BATCH:-256}" --plans "${PLANS:-8}" --json "$out/fusion.json" |
   tee "$out/fusion.txt"
 python3 "$repo/scripts/fusion_table.py" "$out/fusion.json" | tee "$out/fusion.md"

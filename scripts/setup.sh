@@ -49,6 +49,12 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     step "installing nvidia-nvjpeg into $venv"
     "$venv/bin/pip" install -q "nvidia-nvjpeg==13.0.*"
   fi
+  # The cuDNN frontend's header-only C++ API (include/ beside torch; model.bn_graph). The wheel also holds a
+  # Python module pinfeed does not use.
+  if ! compgen -G "$venv/lib/python*/site-packages/include/cudnn_frontend.h" >/dev/null; then
+    step "installing nvidia-cudnn-frontend into $venv"
+    "$venv/bin/pip" install -q "nvidia-cudnn-frontend==1.23.0"
+  fi
   CMAKE_PREFIX_PATH=$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 fi
 export CMAKE_PREFIX_PATH

@@ -1,5 +1,5 @@
-// GPU tests of the fused BatchNorm (model/batch_norm.h; ctest label "gpu"): against ATen's BatchNorm, add and
-// ReLU computed in float32 from the same (upcast) inputs; skipped without CUDA or without the fused op.
+// GPU tests of the fused BatchNorm (model/batch_norm.h; ctest label "gpu"), both routes: against ATen's BatchNorm,
+// add and ReLU computed in float32 from the same (upcast) inputs; skipped without CUDA or without the fused op.
 #include <gtest/gtest.h>
 
 #include <ATen/ops/randn.h>
@@ -55,11 +55,11 @@ std::string name(const Case& k, at::ScalarType dtype) {
 const std::vector<Case> kCases = {
     {16, 64, 32, 32, false, false}, {16, 64, 32, 32, true, false},  {16, 256, 16, 16, true, true},
     {8, 512, 8, 8, true, true},     {8, 2048, 4, 4, true, true},    {8, 1024, 8, 8, false, false},
-    {4, 128, 28, 28, true, false},
+    {4, 128, 28, 28, true, false},  {3, 8, 5, 7, true, true},
 };
 
-TEST(GpuFusedBatchNorm, ForwardBackwardAndStatisticsMatchATenInFloat32) {
-  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+// Every case through `graph` (kNone: cuDNN's ...Ex calls; kAll: the graph API's route for BN + ReLU (+ add)).
+void expect_matches_aten(GraphBatchNorm graph) {
   at::manual_seed(7);
   for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
     // One rounding of a bf16 output is 2^-9 relative; fp16's 2^-12. The gradients go through a reduction of
@@ -83,7 +83,7 @@ TEST(GpuFusedBatchNorm, ForwardBackwardAndStatisticsMatchATenInFloat32) {
 
       const at::Tensor xf = x.detach().requires_grad_(true);
       const at::Tensor zf = k.residual ? z.detach().requires_grad_(true) : at::Tensor();
-      const at::Tensor y = fused_batch_norm(xf, zf, *bn, k.relu);
+      const at::Tensor y = fused_batch_norm(xf, zf, *bn, k.relu, graph);
       ASSERT_EQ(y.scalar_type(), dtype);
       ASSERT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
       y.backward(dy);
@@ -101,6 +101,19 @@ TEST(GpuFusedBatchNorm, ForwardBackwardAndStatisticsMatchATenInFloat32) {
       EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
     }
   }
+}
+
+TEST(GpuFusedBatchNorm, ForwardBackwardAndStatisticsMatchATenInFloat32) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  expect_matches_aten(GraphBatchNorm::kNone);
+}
+
+// The cuDNN frontend's graphs: the ReLU's bit mask, the running statistics updated in place, the shortcut's
+// gradient as the masked dy.
+TEST(GpuFusedBatchNorm, GraphApiRouteMatchesATenInFloat32) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = graph_batch_norm_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  expect_matches_aten(GraphBatchNorm::kAll);
 }
 
 TEST(GpuFusedBatchNorm, RefusesWhatCuDnnDoesNotFuse) {

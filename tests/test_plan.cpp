@@ -67,6 +67,16 @@ TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {
   EXPECT_NE(bad.find("model.fused_bn"), std::string::npos) << bad;
 }
 
+TEST(Plan, GraphBatchNormFollowsTheFusedBatchNormUnlessAskedFor) {
+  // auto: nothing without the fused BatchNorm; all: refused, naming the key and what is missing.
+  EXPECT_EQ(resolve_plan(cpu_config({"train.channels_last=true"})).bn_graph, model::GraphBatchNorm::kNone);
+  const auto e = plan_error(cpu_config({"model.bn_graph=\"all\""}));
+  EXPECT_NE(e.find("model.bn_graph = \"all\" needs the fused BatchNorm"), std::string::npos) << e;
+  EXPECT_NE(e.find("set \"auto\" or \"off\""), std::string::npos) << e;
+  const auto bad = test::message_of<ConfigError>([] { cpu_config({"model.bn_graph=\"small\""}); });
+  EXPECT_NE(bad.find("model.bn_graph"), std::string::npos) << bad;
+}
+
 TEST(Plan, FoldedGradientSumsFollowTheFusedBatchNormUnlessAskedFor) {
   EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).fold_grad_add);  // auto: with the fused BN
   EXPECT_TRUE(resolve_plan(cpu_config({"train.channels_last=true", "model.fold_grad_add=\"on\""})).fold_grad_add);

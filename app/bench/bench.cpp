@@ -163,7 +163,7 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"max_steps_ahead", plan.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
             {"repeats", a.repeats}, {"trace_steps", a.trace_steps}, {"cuda_graph", plan.cuda_graph},
             {"fused_bn", plan.fused_bn}, {"stem_max_pool", plan.stem_max_pool},
-            {"fold_grad_add", plan.fold_grad_add}};
+            {"fold_grad_add", plan.fold_grad_add}, {"bn_graph", model::to_string(plan.bn_graph)}};
   if (plan.device.is_cuda()) {
     const auto info = gpu::device_info(plan.device.index());
     m["gpu"] = info.name;

@@ -204,6 +204,22 @@ bool resolve_stem_max_pool(const Plan& p) {
                     "; set \"auto\" to fall back to ATen's");
 }
 
+// model.bn_graph: the graph API's route is part of the fused BatchNorm and needs the cuDNN frontend in the build.
+// "auto" takes it at the sizes where it was measured faster, wherever it can run; "all" insists.
+model::GraphBatchNorm resolve_bn_graph(const Plan& p) {
+  const Config& c = p.config;
+  if (c.model.bn_graph == "off") return model::GraphBatchNorm::kNone;
+  const std::string why = model::graph_batch_norm_unavailable_reason();
+  const std::string missing = !p.fused_bn ? "the fused BatchNorm (model.fused_bn: " + c.model.fused_bn +
+                                                " did not resolve to it under this plan)"
+                              : !why.empty() ? why
+                                             : "";
+  if (missing.empty()) return c.model.bn_graph == "all" ? model::GraphBatchNorm::kAll : model::GraphBatchNorm::kSmall;
+  if (c.model.bn_graph == "auto") return model::GraphBatchNorm::kNone;
+  throw ConfigError(location_of(c, "model.bn_graph") + ": model.bn_graph = \"all\" needs " + missing +
+                    "; set \"auto\" or \"off\"");
+}
+
 // model.fold_grad_add: the GEMM reads channels_last memory as rows. "auto" takes it with the fused BN, where it
 // was measured (the step it belongs to); on the CPU it works but was not measured.
 bool resolve_fold_grad_add(const Plan& p) {
@@ -272,6 +288,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.fused_bn = resolve_fused_bn(p);
   p.stem_max_pool = resolve_stem_max_pool(p);
   p.fold_grad_add = resolve_fold_grad_add(p);
+  p.bn_graph = resolve_bn_graph(p);
   p.zero_init_residual = c.model.zero_init_residual;
   p.num_classes = c.model.num_classes;
   // The device's current stream, named by its index: the same whether or not the device is the current one yet

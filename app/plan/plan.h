@@ -17,6 +17,7 @@
 
 #include "app/config/config.h"
 #include "app/dist/distributed.h"
+#include "model/batch_norm.h"
 #include "app/optim/loss_scaler.h"
 #include "app/optim/lr_schedule.h"
 #include "app/optim/sgd.h"
@@ -59,6 +60,7 @@ struct Plan {
   bool fused_bn = false;  // model.fused_bn resolved: cuDNN's fused BatchNorm in training
   bool stem_max_pool = false;  // model.max_pool resolved: pinfeed's max pool kernels in training
   bool fold_grad_add = false;  // model.fold_grad_add resolved: block-input gradients summed inside a GEMM
+  model::GraphBatchNorm bn_graph = model::GraphBatchNorm::kNone;  // model.bn_graph resolved
   bool zero_init_residual = true;  // model.zero_init_residual: each block starts as the identity
   int64_t num_classes = 0;  // model.num_classes: the classifier's outputs; 0 = the training split's class folders
   bool channels_last = false;

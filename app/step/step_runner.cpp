@@ -50,6 +50,7 @@ StepOptions step_options(const Plan& plan) {
   o.fused_bn = plan.fused_bn;
   o.stem_max_pool = plan.stem_max_pool;
   o.fold_grad_add = plan.fold_grad_add;
+  o.bn_graph = plan.bn_graph;
   o.seed = plan.train_loader.seed;  // train.seed: the loaders' shuffles and the model's initial weights
   o.label_smoothing = plan.train.label_smoothing;
   o.sgd = plan.sgd;
@@ -63,7 +64,8 @@ StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* d
     : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
       autocast_(o.autocast), label_smoothing_(o.label_smoothing), graphed_(o.device.is_cuda() && o.cuda_graph) {
   at::manual_seed(o.seed);
-  model_ = model::resnet50({num_classes, o.zero_init_residual, o.fused_bn, o.stem_max_pool, o.fold_grad_add});
+  model_ = model::resnet50(
+      {num_classes, o.zero_init_residual, o.fused_bn, o.stem_max_pool, o.fold_grad_add, o.bn_graph});
   model_->to(device_);
   if (o.channels_last) {
     at::NoGradGuard no_grad;

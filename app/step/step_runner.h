@@ -31,6 +31,7 @@ struct StepOptions {
   bool cuda_graph = false;                        // capture the training step once and replay it (CUDA only)
   // The model (model::ResNetOptions but for the classes, which the constructor takes).
   bool zero_init_residual = true, fused_bn = false, stem_max_pool = false, fold_grad_add = false;
+  model::GraphBatchNorm bn_graph = model::GraphBatchNorm::kNone;
   uint64_t seed = 0;           // the model's initial weights
   double label_smoothing = 0;  // of the training loss
   SgdOptions sgd;

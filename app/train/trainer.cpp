@@ -297,7 +297,10 @@ class Training {
               count_of(train_feed_.workers(), "worker") +
               (plan_.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch_) +
               " steps/epoch, precision " + precision_name(plan_.precision) + (plan_.loss_scaling ? " (loss scaling)" : "") +
-              (plan_.fused_bn ? ", fused BatchNorm (cuDNN)" : "") + (plan_.stem_max_pool ? ", pinfeed's max pool" : "") +
+              (plan_.fused_bn ? ", fused BatchNorm (cuDNN)" : "") +
+              (plan_.bn_graph == model::GraphBatchNorm::kSmall ? std::string(" (graph API at 14x14 and smaller)")
+               : plan_.bn_graph == model::GraphBatchNorm::kAll ? std::string(" (graph API)")
+                                                                 : std::string()) + (plan_.stem_max_pool ? ", pinfeed's max pool" : "") +
               (plan_.fold_grad_add ? ", gradient sums in GEMMs" : "") + (runner_.graphed() ? ", CUDA graph" : "") +
               (dist_.active() ? ", " + std::to_string(dist_.world()) + " ranks (global batch " +
                                     std::to_string(plan_.train_loader.batch_size * dist_.world()) + ")"

@@ -1,7 +1,8 @@
 // fused_batch_norm through cuDNN's NHWC BatchNorm with fused ops (cudnnBatchNormalizationForwardTrainingEx and
-// cudnnBatchNormalizationBackwardEx), as a LibTorch autograd function. cuDNN is the one LibTorch loaded: ATen's
-// handle pool, set to the caller's stream.
+// cudnnBatchNormalizationBackwardEx), as a LibTorch autograd function, or, where asked, through the graph API's
+// route (batch_norm_graph.cpp). cuDNN is the one LibTorch loaded: ATen's handle pool, set to the caller's stream.
 #include "model/batch_norm.h"
+#include "model/cuda/batch_norm_graph.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
@@ -164,12 +165,20 @@ class FusedBatchNormFunction : public torch::autograd::Function<FusedBatchNormFu
   }
 };
 
+// Whether this call takes the graph API's route.
+bool through_graph(const at::Tensor& x, bool relu, GraphBatchNorm graph) {
+  if (graph == GraphBatchNorm::kNone || !relu || x.size(1) % 8 != 0) return false;
+  return graph == GraphBatchNorm::kAll || x.size(2) * x.size(3) <= 14 * 14;
+}
+
 }  // namespace
 
 std::string fused_batch_norm_unavailable_reason() { return ""; }
 
+std::string graph_batch_norm_unavailable_reason() { return detail::graph_batch_norm_unavailable_reason(); }
+
 torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, torch::nn::BatchNorm2dImpl& bn,
-                               bool relu) {
+                               bool relu, GraphBatchNorm graph) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 4, "fused_batch_norm: x must be a 4-d CUDA tensor, got ", x.sizes(), " on ",
               x.device());
   TORCH_CHECK(!residual.defined() || relu, "fused_batch_norm: a residual add needs the ReLU after it");
@@ -184,8 +193,12 @@ torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& resi
   constexpr auto kNhwc = c10::MemoryFormat::ChannelsLast;
   const at::Tensor z = residual.defined() ? residual.contiguous(kNhwc) : residual;
   const std::optional<at::Tensor> z_or_none = z.defined() ? std::optional<at::Tensor>(z) : std::nullopt;
-  at::Tensor y = FusedBatchNormFunction::apply(x.contiguous(kNhwc), z_or_none, bn.weight, bn.bias, bn.running_mean,
-                                               bn.running_var, *momentum, bn.options.eps(), relu);
+  const at::Tensor x_nhwc = x.contiguous(kNhwc);
+  at::Tensor y = through_graph(x_nhwc, relu, graph)
+                     ? detail::graph_batch_norm(x_nhwc, z, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                                *momentum, bn.options.eps())
+                     : FusedBatchNormFunction::apply(x_nhwc, z_or_none, bn.weight, bn.bias, bn.running_mean,
+                                                     bn.running_var, *momentum, bn.options.eps(), relu);
   {
     at::NoGradGuard no_grad;
     bn.num_batches_tracked.add_(1);
