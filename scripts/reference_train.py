@@ -31,8 +31,8 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
   samples_per_s (training steps after the first min(10, steps / 4), synchronised), epoch_s, steps.
 
 Keys of the config that concern pinfeed's own machinery (pipeline.*, dist.*, run.*, data.crop_decode,
-data.decoder, data.gpu_decode_share: the reference always decodes with PIL in its workers, model.fused_bn, model.max_pool,
-model.pad_input and model.fold_grad_add: the same arithmetic through other kernels, ...) are accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
+data.decoder, data.gpu_decode_share: the reference always decodes with PIL in its workers, model.fused_bn, model.bn_graph,
+model.max_pool, model.pad_input and model.fold_grad_add: the same arithmetic through other kernels, ...) are accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
 DataLoader workers: data.workers, or as pinfeed when 0 (cores - 3, cores - 1 on 4 cores or fewer); --workers
 overrides it.
 """
@@ -55,7 +55,7 @@ DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_resize_ratio": 0.875,
              "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
              "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "gpu_decode_share": 1.0},
-    "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "max_pool": "auto",
+    "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
               "pad_input": "auto", "fold_grad_add": "auto"},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9,
               "nesterov": False, "weight_decay": 1e-4, "decay_bn_and_bias": True, "warmup_epochs": 0.0,
