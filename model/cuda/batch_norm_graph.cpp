@@ -5,8 +5,8 @@
 // runs BatchNorm's backward. Where it pays (docs/training-step.md): the forward beats the ...Ex calls at every
 // size; the backward only at 14x14 and smaller.
 //
-// Graphs are built once per shape, dtype and constants, on first use (the warm-up steps before a CUDA graph
-// capture), and kept for the process.
+// Graphs are built once per shape, dtype, constants and cuDNN handle, on first use (the warm-up steps before a
+// CUDA graph capture), and kept for the process.
 
 // The frontend resolves cuDNN, the CUDA runtime and (for engines this file never asks for) the driver and NVRTC
 // through dlsym at run time: linking libcuda would stop pinfeed from starting on machines without a driver.
@@ -159,40 +159,37 @@ std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHand
   return b;
 }
 
-// What a graph is built for. Momentum and epsilon are constants inside it.
-using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int, bool, double, double>;
-
-Key key_of(const at::Tensor& x, bool add, double momentum, double eps) {
-  return {x.device().index(), x.size(0), x.size(1), x.size(2), x.size(3), static_cast<int>(x.scalar_type()), add,
-          momentum, eps};
-}
-
-// The process's graphs. The forward is built on the caller's thread and the backward on autograd's, each with
-// that thread's cuDNN handle; a built graph is only read afterwards.
-class Cache {
- public:
-  Forward& forward(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    auto& f = forwards_[key_of(x, add, momentum, eps)];
-    if (!f) f = make_forward(x, add, momentum, eps, handle);
-    return *f;
-  }
-  Backward& backward(const at::Tensor& x, bool add, cudnnHandle_t handle) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    auto& b = backwards_[key_of(x, add, 0, 0)];
-    if (!b) b = make_backward(x, add, handle);
-    return *b;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<Key, std::unique_ptr<Forward>> forwards_;
-  std::map<Key, std::unique_ptr<Backward>> backwards_;
+// A call's two graphs, for one cuDNN handle (each thread has its own: the forward runs on the caller's, the
+// backward on autograd's), or why cuDNN could not build them.
+struct Graphs {
+  std::unique_ptr<Forward> forward;
+  std::unique_ptr<Backward> backward;
+  std::string error;  // empty when both built
 };
 
-Cache& cache() {
-  static Cache* c = new Cache();  // never destroyed: graphs must not outlive cuDNN at exit
-  return *c;
+// What graphs are built for. Momentum and epsilon are constants inside them.
+using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int, bool, double, double>;
+
+// The process's graphs, built on first use and kept: a built graph is only read afterwards.
+Graphs& graphs(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle) {
+  static std::mutex mutex;
+  static auto* cache = new std::map<Key, Graphs>();  // never destroyed: graphs must not outlive cuDNN at exit
+  const std::lock_guard<std::mutex> lock(mutex);
+  const Key key{handle, x.size(0), x.size(1), x.size(2), x.size(3), static_cast<int>(x.scalar_type()), add,
+                momentum, eps};
+  auto [it, fresh] = cache->try_emplace(key);
+  Graphs& g = it->second;
+  if (fresh) {
+    try {
+      g.forward = make_forward(x, add, momentum, eps, handle);
+      g.backward = make_backward(x, add, handle);
+    } catch (const c10::Error& e) {  // an older cuDNN, a shape no engine takes: the caller decides
+      g.forward.reset();
+      g.backward.reset();
+      g.error = e.what_without_backtrace();
+    }
+  }
+  return g;
 }
 
 cudnnHandle_t handle_on(const at::Tensor& x) {
@@ -220,7 +217,9 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
                             double eps) {
     const bool add = residual_or_none.has_value();
     const cudnnHandle_t handle = handle_on(x);
-    Forward& f = cache().forward(x, add, momentum, eps, handle);
+    Graphs& g = graphs(x, add, momentum, eps, handle);
+    TORCH_CHECK(g.forward, g.error);
+    Forward& f = *g.forward;
     at::Tensor y = at::empty_like(x);  // keeps channels_last
     at::Tensor mean = at::empty_like(running_mean), inv_std = at::empty_like(running_var);
     at::Tensor mask = bytes((x.numel() + 7) / 8, x);  // one bit per element, channels fastest (as x)
@@ -241,6 +240,8 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
     execute(f.graph, handle, pack, f.workspace, x);
     ctx->save_for_backward({x, weight, mean, inv_std, mask});
     ctx->saved_data["residual"] = add;
+    ctx->saved_data["momentum"] = momentum;
+    ctx->saved_data["eps"] = eps;
     return y;
   }
 
@@ -251,7 +252,9 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
     const bool add = ctx->saved_data["residual"].toBool();
     const at::Tensor dy = grad_outputs[0].contiguous(c10::MemoryFormat::ChannelsLast);
     const cudnnHandle_t handle = handle_on(x);
-    Backward& b = cache().backward(x, add, handle);
+    Graphs& g = graphs(x, add, ctx->saved_data["momentum"].toDouble(), ctx->saved_data["eps"].toDouble(), handle);
+    TORCH_CHECK(g.backward, g.error);
+    Backward& b = *g.backward;
     at::Tensor dx = at::empty_like(x), dz = add ? at::empty_like(x) : at::Tensor();
     at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
     VariantPack pack{{b.dy, dy.data_ptr()},           {b.x, x.data_ptr()},          {b.mask, mask.data_ptr()},
@@ -266,6 +269,10 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
 }  // namespace
 
 std::string graph_batch_norm_unavailable_reason() { return ""; }
+
+std::string graph_batch_norm_unsupported(const at::Tensor& x, bool residual, double momentum, double eps) {
+  return graphs(x, residual, momentum, eps, handle_on(x)).error;
+}
 
 at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var,

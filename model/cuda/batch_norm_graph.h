@@ -12,6 +12,10 @@ namespace pinfeed::model::detail {
 // Empty when this build has the graph route; else why not.
 std::string graph_batch_norm_unavailable_reason();
 
+// Empty when cuDNN builds the graphs for such a call (x as graph_batch_norm's; built now and kept), else cuDNN's
+// reason: an older cuDNN (the ReLU bit mask needs 9.13), a shape no engine takes.
+std::string graph_batch_norm_unsupported(const at::Tensor& x, bool residual, double momentum, double eps);
+
 // relu(bn(x) + residual) (residual defined) or relu(bn(x)), training mode: x and residual (N, C, H, W)
 // channels_last bf16 or fp16 on CUDA, C a multiple of 8; weight, bias, running_mean, running_var (C,) float32,
 // the last two updated in place (unbiased variance). Differentiable in x, residual, weight and bias.

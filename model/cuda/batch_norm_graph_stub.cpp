@@ -10,6 +10,10 @@ std::string graph_batch_norm_unavailable_reason() {
          "scripts/setup.sh installs it)";
 }
 
+std::string graph_batch_norm_unsupported(const at::Tensor&, bool, double, double) {
+  return graph_batch_norm_unavailable_reason();
+}
+
 at::Tensor graph_batch_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                             const at::Tensor&, const at::Tensor&, double, double) {
   TORCH_CHECK(false, "graph BatchNorm: ", graph_batch_norm_unavailable_reason());
