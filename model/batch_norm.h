@@ -26,6 +26,13 @@ enum class GraphBatchNorm {
   kAll,    // where cuDNN cannot build them, the call throws
 };
 
+// Whether fused_batch_norm sends a BN of C channels over an H x W map, with a ReLU after it or not, through the
+// graph API under `graph`. Only BN + ReLU (+ add): the graph's ReLU bit mask packs 8 channels to a byte.
+inline bool takes_graph(GraphBatchNorm graph, int64_t c, int64_t h, int64_t w, bool relu) {
+  if (graph == GraphBatchNorm::kNone || !relu || c % 8 != 0) return false;
+  return graph == GraphBatchNorm::kAll || h * w <= 14 * 14;
+}
+
 inline const char* to_string(GraphBatchNorm g) {
   return g == GraphBatchNorm::kNone ? "off" : g == GraphBatchNorm::kSmall ? "small" : "all";
 }

@@ -104,6 +104,20 @@ TEST(ResNet50, FoldedGradientSumGivesTheSameGradients) {
   }
 }
 
+// model.bn_graph "auto" (kSmall): ResNet-50's stages 3 and 4 at 224 px (14x14, 7x7), not stages 1-2 or the stem.
+TEST(GraphBatchNormRule, BnReluAt14x14AndSmallerUnderAutoEveryBnReluUnderAll) {
+  EXPECT_TRUE(takes_graph(GraphBatchNorm::kSmall, 1024, 14, 14, true));
+  EXPECT_TRUE(takes_graph(GraphBatchNorm::kSmall, 2048, 7, 7, true));
+  EXPECT_TRUE(takes_graph(GraphBatchNorm::kSmall, 256, 10, 10, true));     // stage 3 at 160 px
+  EXPECT_FALSE(takes_graph(GraphBatchNorm::kSmall, 512, 28, 28, true));    // stage 2
+  EXPECT_FALSE(takes_graph(GraphBatchNorm::kSmall, 64, 112, 112, true));   // the stem
+  EXPECT_FALSE(takes_graph(GraphBatchNorm::kSmall, 1024, 14, 14, false));  // plain BN: the ...Ex call
+  EXPECT_FALSE(takes_graph(GraphBatchNorm::kSmall, 12, 7, 7, true));       // channels not a multiple of 8
+  EXPECT_TRUE(takes_graph(GraphBatchNorm::kAll, 256, 56, 56, true));
+  EXPECT_FALSE(takes_graph(GraphBatchNorm::kAll, 256, 56, 56, false));
+  EXPECT_FALSE(takes_graph(GraphBatchNorm::kNone, 1024, 14, 14, true));
+}
+
 TEST(ConvFork, TheInputPassesThroughAndBothGradientsReachIt) {
   const at::Tensor x = at::randn({2, 4, 3, 3}, at::kDouble).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
   const at::Tensor w = at::randn({5, 4, 1, 1}, at::kDouble).requires_grad_(true);

@@ -165,12 +165,6 @@ class FusedBatchNormFunction : public torch::autograd::Function<FusedBatchNormFu
   }
 };
 
-// Whether this call takes the graph API's route.
-bool through_graph(const at::Tensor& x, bool relu, GraphBatchNorm graph) {
-  if (graph == GraphBatchNorm::kNone || !relu || x.size(1) % 8 != 0) return false;
-  return graph == GraphBatchNorm::kAll || x.size(2) * x.size(3) <= 14 * 14;
-}
-
 }  // namespace
 
 std::string fused_batch_norm_unavailable_reason() { return ""; }
@@ -194,7 +188,7 @@ torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& resi
   const at::Tensor z = residual.defined() ? residual.contiguous(kNhwc) : residual;
   const std::optional<at::Tensor> z_or_none = z.defined() ? std::optional<at::Tensor>(z) : std::nullopt;
   const at::Tensor x_nhwc = x.contiguous(kNhwc);
-  bool use_graph = through_graph(x_nhwc, relu, graph);
+  bool use_graph = takes_graph(graph, x.size(1), x.size(2), x.size(3), relu);
   if (use_graph) {
     const std::string why = detail::graph_batch_norm_unsupported(x_nhwc, z.defined(), *momentum, bn.options.eps());
     TORCH_CHECK(why.empty() || graph != GraphBatchNorm::kAll, "fused_batch_norm: the graph API cannot run BN of ",
