@@ -22,7 +22,7 @@ std::string fused_batch_norm_unavailable_reason();
 // its backward only at 14x14 and smaller (ResNet-50's stages 3 and 4 at 224 px; docs/training-step.md).
 enum class GraphBatchNorm {
   kNone,
-  kSmall,  // H x W <= 14 x 14; where cuDNN cannot build the graphs (before 9.13), the ...Ex calls, warning once
+  kSmall,  // H x W <= 14 x 14; where cuDNN cannot build the graphs, the ...Ex calls, warning once
   kAll,    // where cuDNN cannot build them, the call throws
 };
 

@@ -13,7 +13,7 @@ namespace pinfeed::model::detail {
 std::string graph_batch_norm_unavailable_reason();
 
 // Empty when cuDNN builds the graphs for such a call (x as graph_batch_norm's; built now and kept), else cuDNN's
-// reason: an older cuDNN (the ReLU bit mask needs 9.13), a shape no engine takes.
+// reason: an older cuDNN (NVIDIA's bit-mask sample asks for 9.13), a shape no engine takes.
 std::string graph_batch_norm_unsupported(const at::Tensor& x, bool residual, double momentum, double eps);
 
 // relu(bn(x) + residual) (residual defined) or relu(bn(x)), training mode: x and residual (N, C, H, W)
