@@ -27,12 +27,14 @@ enum class GraphBatchNorm {
 };
 
 // Whether fused_batch_norm sends a BN of C channels over an H x W map, with a ReLU after it or not, through the
-// graph API under `graph`. Only BN + ReLU (+ add): the graph's ReLU bit mask packs 8 channels to a byte.
+// graph API under `graph`. Only BN + ReLU (+ add), the graphs it builds; channel counts that are multiples of 8,
+// the only ones it was tested with (ResNet-50's are multiples of 64).
 inline bool takes_graph(GraphBatchNorm graph, int64_t c, int64_t h, int64_t w, bool relu) {
   if (graph == GraphBatchNorm::kNone || !relu || c % 8 != 0) return false;
   return graph == GraphBatchNorm::kAll || h * w <= 14 * 14;
 }
 
+// "off", "small" (what model.bn_graph = "auto" resolves to) or "all": the bench's JSON records it.
 inline const char* to_string(GraphBatchNorm g) {
   return g == GraphBatchNorm::kNone ? "off" : g == GraphBatchNorm::kSmall ? "small" : "all";
 }

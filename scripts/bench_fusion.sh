@@ -15,7 +15,11 @@ mkdir -p "$out"
 build=${PINFEED_BUILD_DIR:-$repo/build}
 [ -f "$build/build.ninja" ] || "$repo/scripts/setup.sh"
 include=${PINFEED_CUDNN_FRONTEND_INCLUDE:-$(sed -n 's/^PINFEED_CUDNN_FRONTEND_INCLUDE:PATH=//p' "$build/CMakeCache.txt")}
-[ -f "$include/cudnn_frontend.h" ] || { echo "[bench_fusion] no cudnn_frontend.h in '$include'" >&2; exit 1; }
+[ -f "$include/cudnn_frontend.h" ] || {
+  echo "[bench_fusion] no cudnn_frontend.h in '$include': run scripts/setup.sh (it installs nvidia-cudnn-frontend)," \
+    "then cmake -S . -B $build -U PINFEED_CUDNN_FRONTEND_INCLUDE, or set PINFEED_CUDNN_FRONTEND_INCLUDE" >&2
+  exit 1
+}
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 cmake -S "$repo" -B "$build" -DPINFEED_CUDNN_FRONTEND_INCLUDE="$include" -DPINFEED_BUILD_FUSION_BENCH=ON >/dev/null
 cmake --build "$build" --target bench_conv_bn_fusion

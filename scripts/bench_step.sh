@@ -57,7 +57,7 @@ for p in $precisions; do
   [[ " $parts " == *" unfused "* ]] &&
     add "pinfeed, ATen's BatchNorm and max pool, $p" "$out/pinfeed-unfused-$p/bench.json" pinfeed_row "pinfeed-unfused-$p" "train.precision=$p" model.fused_bn=off model.max_pool=aten model.pad_input=off model.fold_grad_add=off
   [[ " $parts " == *" ex_bn "* ]] &&
-    add "pinfeed, fused BatchNorm by cuDNN's ...Ex calls only, own max pool, gradient sums in GEMMs, $p" "$out/pinfeed-ex-bn-$p/bench.json" \
+    add "pinfeed, fused BatchNorm by cuDNN's ...Ex calls only, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" "$out/pinfeed-ex-bn-$p/bench.json" \
       pinfeed_row "pinfeed-ex-bn-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed 'model.bn_graph="off"'
   [[ " $parts " == *" pinfeed "* ]] &&
     add "pinfeed, fused BatchNorm, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" "$out/pinfeed-$p/bench.json" \

@@ -17,12 +17,12 @@
 
 #include "app/config/config.h"
 #include "app/dist/distributed.h"
-#include "model/batch_norm.h"
 #include "app/optim/loss_scaler.h"
 #include "app/optim/lr_schedule.h"
 #include "app/optim/sgd.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "model/batch_norm.h"
 #include "pipeline/feeder.h"
 #include "pipeline/options.h"
 

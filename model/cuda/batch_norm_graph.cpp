@@ -1,7 +1,7 @@
 // BN + ReLU and BN + add + ReLU through the cuDNN frontend's graph API (header-only C++ over cuDNN's backend), as
 // a LibTorch autograd function: model/batch_norm.h's GraphBatchNorm. The forward graph writes y, the batch's
-// mean and inverse standard deviation, the new running statistics and a ReLU bit mask (y > 0, one bit per
-// element); the backward graph multiplies dy by the mask (that product is also the shortcut's gradient) and
+// mean and inverse standard deviation, the new running statistics (copied back into the module's) and a ReLU
+// bit mask (y > 0, one bit per element); the backward graph multiplies dy by the mask (that product is also the shortcut's gradient) and
 // runs BatchNorm's backward. Where it pays (docs/training-step.md): the forward beats the ...Ex calls at every
 // size; the backward only at 14x14 and smaller.
 //
@@ -23,6 +23,7 @@
 #include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -159,37 +160,72 @@ std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHand
   return b;
 }
 
-// A call's two graphs, for one cuDNN handle (each thread has its own: the forward runs on the caller's, the
-// backward on autograd's), or why cuDNN could not build them.
-struct Graphs {
-  std::unique_ptr<Forward> forward;
-  std::unique_ptr<Backward> backward;
-  std::string error;  // empty when both built
-};
-
-// What graphs are built for. Momentum and epsilon are constants inside them.
+// What graphs are built for: the cuDNN handle (each thread has its own: the forward runs on the caller's, the
+// backward on autograd's), the shape, dtype and residual; momentum and epsilon are constants inside them.
 using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int, bool, double, double>;
 
-// The process's graphs, built on first use and kept: a built graph is only read afterwards.
-Graphs& graphs(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle) {
-  static std::mutex mutex;
-  static auto* cache = new std::map<Key, Graphs>();  // never destroyed: graphs must not outlive cuDNN at exit
-  const std::lock_guard<std::mutex> lock(mutex);
-  const Key key{handle, x.size(0), x.size(1), x.size(2), x.size(3), static_cast<int>(x.scalar_type()), add,
-                momentum, eps};
-  auto [it, fresh] = cache->try_emplace(key);
-  Graphs& g = it->second;
-  if (fresh) {
-    try {
-      g.forward = make_forward(x, add, momentum, eps, handle);
-      g.backward = make_backward(x, add, handle);
-    } catch (const c10::Error& e) {  // an older cuDNN, a shape no engine takes: the caller decides
-      g.forward.reset();
-      g.backward.reset();
-      g.error = e.what_without_backtrace();
-    }
+struct Entry {
+  std::unique_ptr<Forward> forward;
+  std::unique_ptr<Backward> backward;
+  std::string error;  // why cuDNN could not build them ("" if it could)
+};
+
+// Runs `build`; "" if it returned, else why not: an older cuDNN, a shape no engine takes, a symbol the frontend
+// did not find.
+std::string attempt(const std::function<void()>& build) {
+  try {
+    build();
+    return "";
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return std::string("cuDNN frontend: ") + e.what();
   }
-  return g;
+}
+
+// The process's graphs, built on first use and kept (a built graph is only read afterwards), under one lock.
+class Cache {
+ public:
+  // The forward graph for this handle, or nullptr and why not. Its first use also builds the backward graph on
+  // this handle: a cuDNN that cannot build either is found here, where the caller can still take the ...Ex calls.
+  Forward* forward(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle,
+                   std::string& error) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = entry(x, add, momentum, eps, handle);
+    if (!e.forward && e.error.empty()) {
+      e.error = attempt([&] {
+        e.backward = make_backward(x, add, handle);
+        e.forward = make_forward(x, add, momentum, eps, handle);
+      });
+      if (!e.error.empty()) e.forward.reset();
+    }
+    error = e.error;
+    return e.forward.get();
+  }
+  // The backward graph for this handle, built on its first use; throws where cuDNN cannot build it (it did on
+  // the forward's handle, so only a failure of cuDNN itself lands here).
+  Backward& backward(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = entry(x, add, momentum, eps, handle);
+    if (!e.backward) {
+      const std::string error = attempt([&] { e.backward = make_backward(x, add, handle); });
+      TORCH_CHECK(error.empty(), "graph BatchNorm backward: ", error);
+    }
+    return *e.backward;
+  }
+
+ private:
+  Entry& entry(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle) {
+    return entries_[Key{handle, x.size(0), x.size(1), x.size(2), x.size(3), static_cast<int>(x.scalar_type()), add,
+                        momentum, eps}];
+  }
+  std::mutex mutex_;
+  std::map<Key, Entry> entries_;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: graphs must not outlive cuDNN at exit
+  return *c;
 }
 
 cudnnHandle_t handle_on(const at::Tensor& x) {
@@ -217,14 +253,16 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
                             double eps) {
     const bool add = residual_or_none.has_value();
     const cudnnHandle_t handle = handle_on(x);
-    Graphs& g = graphs(x, add, momentum, eps, handle);
-    TORCH_CHECK(g.forward, g.error);
-    Forward& f = *g.forward;
+    std::string error;
+    Forward* graph = cache().forward(x, add, momentum, eps, handle, error);
+    TORCH_CHECK(graph, "graph BatchNorm: ", error);
+    Forward& f = *graph;
     at::Tensor y = at::empty_like(x);  // keeps channels_last
     at::Tensor mean = at::empty_like(running_mean), inv_std = at::empty_like(running_var);
     at::Tensor mask = bytes((x.numel() + 7) / 8, x);  // one bit per element, channels fastest (as x)
-    // The running statistics are updated in place: each channel's old value is read before its new one is
-    // written (GpuFusedBatchNorm's tests compare them with ATen's).
+    // The new running statistics go to their own buffers and are copied back (two device-to-device copies): the
+    // graph API has separate tensors for the old and new ones, and nothing says that one buffer may be both.
+    at::Tensor next_mean = at::empty_like(running_mean), next_var = at::empty_like(running_var);
     VariantPack pack{{f.x, x.data_ptr()},
                      {f.gamma, weight.data_ptr()},
                      {f.beta, bias.data_ptr()},
@@ -232,12 +270,14 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
                      {f.running_var, running_var.data_ptr()},
                      {f.mean, mean.data_ptr()},
                      {f.inv_std, inv_std.data_ptr()},
-                     {f.next_mean, running_mean.data_ptr()},
-                     {f.next_var, running_var.data_ptr()},
+                     {f.next_mean, next_mean.data_ptr()},
+                     {f.next_var, next_var.data_ptr()},
                      {f.y, y.data_ptr()},
                      {f.mask, mask.data_ptr()}};
     if (add) pack[f.z] = residual_or_none->data_ptr();
     execute(f.graph, handle, pack, f.workspace, x);
+    running_mean.copy_(next_mean);
+    running_var.copy_(next_var);
     ctx->save_for_backward({x, weight, mean, inv_std, mask});
     ctx->saved_data["residual"] = add;
     ctx->saved_data["momentum"] = momentum;
@@ -252,9 +292,8 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
     const bool add = ctx->saved_data["residual"].toBool();
     const at::Tensor dy = grad_outputs[0].contiguous(c10::MemoryFormat::ChannelsLast);
     const cudnnHandle_t handle = handle_on(x);
-    Graphs& g = graphs(x, add, ctx->saved_data["momentum"].toDouble(), ctx->saved_data["eps"].toDouble(), handle);
-    TORCH_CHECK(g.backward, g.error);
-    Backward& b = *g.backward;
+    Backward& b = cache().backward(x, add, ctx->saved_data["momentum"].toDouble(), ctx->saved_data["eps"].toDouble(),
+                                   handle);
     at::Tensor dx = at::empty_like(x), dz = add ? at::empty_like(x) : at::Tensor();
     at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
     VariantPack pack{{b.dy, dy.data_ptr()},           {b.x, x.data_ptr()},          {b.mask, mask.data_ptr()},
@@ -271,7 +310,9 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
 std::string graph_batch_norm_unavailable_reason() { return ""; }
 
 std::string graph_batch_norm_unsupported(const at::Tensor& x, bool residual, double momentum, double eps) {
-  return graphs(x, residual, momentum, eps, handle_on(x)).error;
+  std::string error;
+  cache().forward(x, residual, momentum, eps, handle_on(x), error);
+  return error;
 }
 
 at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
