@@ -194,7 +194,7 @@ class Cache {
     Entry& e = entry(x, add, momentum, eps, handle);
     if (!e.forward && e.error.empty()) {
       e.error = attempt([&] {
-        e.backward = make_backward(x, add, handle);
+        if (!e.backward) e.backward = make_backward(x, add, handle);
         e.forward = make_forward(x, add, momentum, eps, handle);
       });
       if (!e.error.empty()) e.forward.reset();
