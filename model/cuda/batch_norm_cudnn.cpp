@@ -188,21 +188,22 @@ torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& resi
   const at::Tensor z = residual.defined() ? residual.contiguous(kNhwc) : residual;
   const std::optional<at::Tensor> z_or_none = z.defined() ? std::optional<at::Tensor>(z) : std::nullopt;
   const at::Tensor x_nhwc = x.contiguous(kNhwc);
-  bool use_graph = takes_graph(graph, x.size(1), x.size(2), x.size(3), relu);
-  if (use_graph) {
-    const std::string why = detail::graph_batch_norm_unsupported(x_nhwc, z.defined(), *momentum, bn.options.eps());
-    TORCH_CHECK(why.empty() || graph != GraphBatchNorm::kAll, "fused_batch_norm: the graph API cannot run BN of ",
+  at::Tensor y;
+  if (takes_graph(graph, x.size(1), x.size(2), x.size(3), relu)) {
+    std::string why;
+    y = detail::graph_batch_norm(x_nhwc, z, bn.weight, bn.bias, bn.running_mean, bn.running_var, *momentum,
+                                 bn.options.eps(), why);
+    TORCH_CHECK(y.defined() || graph != GraphBatchNorm::kAll, "fused_batch_norm: the graph API cannot run BN of ",
                 x.sizes(), " ", x.scalar_type(), ": ", why);
-    if (!why.empty()) {
+    if (!y.defined()) {
       TORCH_WARN_ONCE("fused_batch_norm: the graph API cannot run BN of ", x.sizes(), " ", x.scalar_type(),
                       " (and maybe others): cuDNN's ...Ex calls run them instead. ", why);
-      use_graph = false;
     }
   }
-  at::Tensor y = use_graph ? detail::graph_batch_norm(x_nhwc, z, bn.weight, bn.bias, bn.running_mean,
-                                                      bn.running_var, *momentum, bn.options.eps())
-                           : FusedBatchNormFunction::apply(x_nhwc, z_or_none, bn.weight, bn.bias, bn.running_mean,
-                                                           bn.running_var, *momentum, bn.options.eps(), relu);
+  if (!y.defined()) {
+    y = FusedBatchNormFunction::apply(x_nhwc, z_or_none, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                      *momentum, bn.options.eps(), relu);
+  }
   {
     at::NoGradGuard no_grad;
     bn.num_batches_tracked.add_(1);

@@ -250,12 +250,8 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const std::optional<at::Tensor>& residual_or_none, const at::Tensor& weight,
                             const at::Tensor& bias, at::Tensor running_mean, at::Tensor running_var, double momentum,
-                            double eps) {
+                            double eps, Forward* graph, cudnnHandle_t handle) {
     const bool add = residual_or_none.has_value();
-    const cudnnHandle_t handle = handle_on(x);
-    std::string error;
-    Forward* graph = cache().forward(x, add, momentum, eps, handle, error);
-    TORCH_CHECK(graph, "graph BatchNorm: ", error);
     Forward& f = *graph;
     at::Tensor y = at::empty_like(x);  // keeps channels_last
     at::Tensor mean = at::empty_like(running_mean), inv_std = at::empty_like(running_var);
@@ -301,7 +297,12 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
                      {b.dx, dx.data_ptr()},            {b.dgamma, dweight.data_ptr()}, {b.dbeta, dbias.data_ptr()}};
     if (add) pack[b.dz] = dz.data_ptr();
     execute(b.graph, handle, pack, b.workspace, x);
-    return {dx, dz, dweight, dbias, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    torch::autograd::variable_list grads(10);  // one per forward argument; the last six have none
+    grads[0] = dx;
+    grads[1] = dz;
+    grads[2] = dweight;
+    grads[3] = dbias;
+    return grads;
   }
 };
 
@@ -309,17 +310,14 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
 
 std::string graph_batch_norm_unavailable_reason() { return ""; }
 
-std::string graph_batch_norm_unsupported(const at::Tensor& x, bool residual, double momentum, double eps) {
-  std::string error;
-  cache().forward(x, residual, momentum, eps, handle_on(x), error);
-  return error;
-}
-
 at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var,
-                            double momentum, double eps) {
+                            double momentum, double eps, std::string& why) {
+  const cudnnHandle_t handle = handle_on(x);
+  Forward* graph = cache().forward(x, residual.defined(), momentum, eps, handle, why);
+  if (!graph) return at::Tensor();
   const std::optional<at::Tensor> z = residual.defined() ? std::optional<at::Tensor>(residual) : std::nullopt;
-  return GraphBatchNormFunction::apply(x, z, weight, bias, running_mean, running_var, momentum, eps);
+  return GraphBatchNormFunction::apply(x, z, weight, bias, running_mean, running_var, momentum, eps, graph, handle);
 }
 
 }  // namespace pinfeed::model::detail

@@ -1,7 +1,7 @@
 // The graph route of fused_batch_norm where the build found no cuDNN frontend headers.
 #include "model/cuda/batch_norm_graph.h"
 
-#include <c10/util/Exception.h>
+#include <ATen/core/Tensor.h>
 
 namespace pinfeed::model::detail {
 
@@ -10,13 +10,10 @@ std::string graph_batch_norm_unavailable_reason() {
          "scripts/setup.sh installs it)";
 }
 
-std::string graph_batch_norm_unsupported(const at::Tensor&, bool, double, double) {
-  return graph_batch_norm_unavailable_reason();
-}
-
 at::Tensor graph_batch_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, double, double) {
-  TORCH_CHECK(false, "graph BatchNorm: ", graph_batch_norm_unavailable_reason());
+                            const at::Tensor&, const at::Tensor&, double, double, std::string& why) {
+  why = graph_batch_norm_unavailable_reason();
+  return at::Tensor();
 }
 
 }  // namespace pinfeed::model::detail
