@@ -8,12 +8,15 @@ Each file holds one run's per-epoch JSON lines: pinfeed's metrics.jsonl, or what
 writes (the same fields: epoch, train_loss, val_top1, val_top5 as fractions, samples_per_s, epoch_s). The i-th
 file of each side is seed i. Writes DIR/parity.png (val top-1 and train loss against epoch, one line per run),
 DIR/parity.md (final top-1 per seed, means, difference in points) and DIR/parity.json (every curve).
+The table also gives the standard error of the mean difference and whether difference +- 2 standard errors lies
+within the threshold, beyond it, or across it (then more seeds are needed to settle it).
 Exit status: 0 when |mean final top-1 difference| <= threshold points, 1 when larger, 2 when an input is
 missing, empty or the runs disagree on their number of epochs, 3 when the chart cannot be drawn (matplotlib
 missing; --no-chart leaves it out).
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -109,6 +112,12 @@ def main():
     pin_mean, ref_mean = statistics.fmean(pin_top1), statistics.fmean(ref_top1)
     diff = 100 * (pin_mean - ref_mean)
     ok = abs(diff) <= args.threshold
+    # Standard error of the difference of the two means, each side's seeds taken as independent runs (a seed fixes
+    # the draws within one implementation, not across the two, and cuDNN's sums are not deterministic anyway).
+    se = None
+    if len(pin_top1) > 1 and len(ref_top1) > 1:
+        se = 100 * math.sqrt(statistics.variance(pin_top1) / len(pin_top1) +
+                             statistics.variance(ref_top1) / len(ref_top1))
     epochs = lengths.pop()
 
     def spread(values):
@@ -132,9 +141,20 @@ def main():
     seed_spread = [spread(pin_top1), spread(ref_top1)]
     lines += ["", f"**{'PASS' if ok else 'FAIL'}**: |mean difference| {abs(diff):.2f} points "
               f"{'<=' if ok else '>'} {args.threshold:g}.", ""]
+    if se is not None:
+        low, high = diff - 2 * se, diff + 2 * se
+        if max(abs(low), abs(high)) <= args.threshold:
+            reading = f"the whole interval is within the threshold of {args.threshold:g}"
+        elif low > args.threshold or high < -args.threshold:
+            reading = f"the whole interval is beyond the threshold of {args.threshold:g}: a real gap"
+        else:
+            reading = (f"the interval reaches both within and beyond the threshold of {args.threshold:g}: these "
+                       f"seeds cannot settle it, more can")
+        lines += [f"Standard error of the mean difference: {se:.2f} points (each side's seeds as independent runs); "
+                  f"the difference +- 2 standard errors is [{low:+.2f}, {high:+.2f}]: {reading}.", ""]
     if seed_spread[0] is not None:
         lines += [f"Seed-to-seed spread of the final top-1 (max - min): pinfeed {seed_spread[0]:.2f}, torchvision "
-                  f"{seed_spread[1]:.2f} points: differences of that size are noise, not a recipe difference.", ""]
+                  f"{seed_spread[1]:.2f} points.", ""]
     lines += [f"Final train loss (mean of seeds): pinfeed {statistics.fmean(final(pin, 'train_loss')):.4f}, "
               f"torchvision {statistics.fmean(final(ref, 'train_loss')):.4f}. Training speed, median over epochs "
               f"(not the comparison; eval excluded): pinfeed {median_rate(pin):.0f}, torchvision "
@@ -152,7 +172,8 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "parity.md"), "w") as f:
         f.write(md)
-    curves = {"threshold_points": args.threshold, "mean_difference_points": diff, "pass": ok, "seeds": seeds,
+    curves = {"threshold_points": args.threshold, "mean_difference_points": diff, "standard_error_points": se,
+              "pass": ok, "seeds": seeds,
               "pinfeed": pin, "torchvision": ref}
     with open(os.path.join(args.out_dir, "parity.json"), "w") as f:
         json.dump(curves, f, indent=1)

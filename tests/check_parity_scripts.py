@@ -113,9 +113,17 @@ def main():
         code, md = verdict(runs([[0.5, 0.800], [0.5, 0.810]]), runs([[0.4, 0.800], [0.4, 0.815]]))
         if code != 0 or "PASS" not in md or "-0.25" not in md:
             fail(f"0.25 points apart: exit {code}, table:\n{md}")
+        if "cannot settle it" not in md:  # 0.25 apart, standard error 0.90: the interval crosses 1 point
+            fail(f"0.25 points apart with seeds 1 point apart: expected an unsettled reading, table:\n{md}")
         code, md = verdict(runs([[0.5, 0.80], [0.5, 0.80]]), runs([[0.5, 0.78], [0.5, 0.79]]))
         if code != 1 or "FAIL" not in md:
             fail(f"1.5 points apart: exit {code}, expected 1")
+        code, md = verdict(runs([[0.5, 0.800], [0.5, 0.801]]), runs([[0.5, 0.801], [0.5, 0.802]]))
+        if code != 0 or "whole interval is within" not in md:
+            fail(f"0.1 points apart, seeds 0.1 points apart: exit {code}, table:\n{md}")
+        code, md = verdict(runs([[0.5, 0.800], [0.5, 0.801]]), runs([[0.5, 0.830], [0.5, 0.831]]))
+        if code != 1 or "a real gap" not in md:
+            fail(f"3 points apart, seeds 0.1 points apart: exit {code}, table:\n{md}")
         code, _ = verdict(runs([[0.5, 0.80], [0.5, 0.80]]), runs([[0.5], [0.5]]))
         if code != 2:
             fail(f"runs of 2 and 1 epochs: exit {code}, expected 2")
