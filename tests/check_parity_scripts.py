@@ -7,7 +7,8 @@
 - its learning rate per step is pinfeed's (the lr of each epoch's last step in metrics.jsonl, with a fractional
   warm-up and a min_lr), and its steps per epoch drop the last partial batch as pinfeed does;
 - scripts/plot_parity.py passes within the threshold, fails beyond it (exit 1) and refuses runs of different
-  lengths (exit 2);
+  lengths (exit 2); it says whether the mean difference +- 2 standard errors lies within the threshold, beyond
+  it, or across it;
 - with torchvision importable, a 2-epoch CPU run of reference_train.py writes pinfeed's metric fields with the
   same lr and steps per epoch as pinfeed (skipped otherwise).
 
