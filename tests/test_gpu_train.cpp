@@ -184,9 +184,14 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
 TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const c10::Device cuda(c10::kCUDA, 0);
-  for (const char* precision : {"bf16", "fp16"}) {
-    SCOPED_TRACE(precision);
-    const Plan fused_plan = resolve_plan(config(false, precision, "[model]\nfused_bn = \"on\"\n"));
+  // The fused BatchNorm in both precisions; in fp16 also with each conv3 writing its BN's statistics.
+  const std::pair<const char*, const char*> variants[] = {
+      {"bf16", "[model]\nfused_bn = \"on\"\n"},
+      {"fp16", "[model]\nfused_bn = \"on\"\n"},
+      {"fp16", "[model]\nfused_bn = \"on\"\nbn_graph = \"conv\"\n"}};
+  for (const auto& [precision, model_keys] : variants) {
+    SCOPED_TRACE(std::string(precision) + " " + model_keys);
+    const Plan fused_plan = resolve_plan(config(false, precision, model_keys));
     const Plan unfused_plan = resolve_plan(config(false, precision, "[model]\nfused_bn = \"off\"\n"));
     ASSERT_TRUE(fused_plan.fused_bn);
     ASSERT_FALSE(unfused_plan.fused_bn);
@@ -228,7 +233,8 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
       curves += " " + std::to_string(mean(losses[0], s)) + "/" + std::to_string(mean(losses[1], s));
       EXPECT_NEAR(mean(losses[1], s), mean(losses[0], s), 0.1 * mean(losses[0], s)) << "steps " << s << "-" << s + 19;
     }
-    std::cout << precision << " 20-step mean losses, unfused/fused:" << curves << "\n";
+    std::cout << precision << " (" << pinfeed::model::to_string(fused_plan.bn_graph) << ") 20-step mean losses, unfused/fused:"
+              << curves << "\n";
   }
 }
 

@@ -20,6 +20,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -306,6 +307,226 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
   }
 };
 
+// ---- conv3 + BN + add + ReLU, with BN's statistics from the convolution's epilogue ----
+//
+// Forward: the 1x1 convolution writes y and BN's per-channel sum and sum of squares (genstats), BN finalize turns
+// them into the batch's mean and inverse standard deviation, a scale and a bias, and the new running statistics,
+// and one pass writes relu(y * scale + bias + residual) and its ReLU bit mask. Against the convolution followed by
+// the fused BatchNorm this drops BN's statistics pass over y (docs/training-step.md, the frontend fusions: conv +
+// genstats took 15-30 us more than the convolution alone, the scale-bias-add-ReLU pass about half the time of the
+// BN + add + ReLU forward). Backward: the graph BatchNorm's backward graph on y (above), then ATen's convolution
+// backward. fp16 only: cuDNN 9.19 has no bf16 plan for a convolution with genstats.
+
+struct ConvStats {
+  fe::graph::Graph conv, finalize, apply;
+  TensorAttr x, w, y, sum, sq_sum;  // conv
+  TensorAttr f_sum, f_sq_sum, gamma, beta, running_mean, running_var, scale, bias, mean, inv_std, next_mean,
+      next_var;                                      // finalize
+  TensorAttr a_y, a_z, a_scale, a_bias, out, mask;  // apply
+  int64_t conv_workspace = 0, finalize_workspace = 0, apply_workspace = 0;
+};
+
+// The convolution with genstats, all of cuDNN's candidate plans built, timed on these tensors and the fastest
+// kept (as cudnn_benchmark does for ATen's own convolutions).
+void make_conv(ConvStats& u, const at::Tensor& x, const at::Tensor& w, cudnnHandle_t handle) {
+  fe::graph::Graph& g = u.conv;
+  start(g, x.scalar_type());
+  const auto io = io_type(x.scalar_type());
+  u.x = nhwc(g, "x", x, io);
+  u.w = nhwc(g, "w", w, io);  // (K, C, 1, 1)
+  u.y = g.conv_fprop(u.x, u.w,
+                     fe::graph::Conv_fprop_attributes().set_padding({0, 0}).set_stride({1, 1}).set_dilation({1, 1}));
+  u.y->set_output(true).set_data_type(io);
+  auto [sum, sq_sum] = g.genstats(u.y, fe::graph::Genstats_attributes());
+  sum->set_output(true).set_data_type(fe::DataType_t::FLOAT);
+  sq_sum->set_output(true).set_data_type(fe::DataType_t::FLOAT);
+  u.sum = sum;
+  u.sq_sum = sq_sum;
+  check(g.validate(), "validate");
+  check(g.build_operation_graph(handle), "operation graph");
+  check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "execution plans");
+  check(g.check_support(handle), "support");
+  check(g.build_plans(handle, fe::BuildPlanPolicy_t::ALL), "plan build");
+  const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
+                                 x.options().memory_format(c10::MemoryFormat::ChannelsLast));
+  const at::Tensor stats = at::empty({2, w.size(0)}, x.options().dtype(at::kFloat).memory_format(c10::nullopt));
+  const at::Tensor workspace = bytes(g.get_autotune_workspace_size(), x);
+  VariantPack pack{{u.x, x.data_ptr()},
+                   {u.w, w.data_ptr()},
+                   {u.y, y.data_ptr()},
+                   {u.sum, stats[0].data_ptr()},
+                   {u.sq_sum, stats[1].data_ptr()}};
+  check(g.autotune(handle, pack, workspace.data_ptr()), "autotune");
+  check(g.get_workspace_size(u.conv_workspace), "workspace size");
+}
+
+// count: the elements per channel the statistics were summed over (N * H * W).
+void make_finalize(ConvStats& u, int64_t count, int64_t k, double momentum, double eps, cudnnHandle_t handle) {
+  fe::graph::Graph& g = u.finalize;
+  start(g, at::kHalf);  // every tensor here is float32; the io type is only the default
+  u.f_sum = per_channel(g, "sum", k);
+  u.f_sq_sum = per_channel(g, "sq_sum", k);
+  u.gamma = per_channel(g, "gamma", k);
+  u.beta = per_channel(g, "beta", k);
+  u.running_mean = per_channel(g, "running_mean", k);
+  u.running_var = per_channel(g, "running_var", k);
+  TensorAttr epsilon = g.tensor(static_cast<float>(eps)), momentum_ = g.tensor(static_cast<float>(momentum)),
+             accumulated = g.tensor(count);
+  auto [scale, bias, mean, inv_std, next_mean, next_var] = g.bn_finalize(
+      u.f_sum, u.f_sq_sum, u.gamma, u.beta, epsilon, accumulated,
+      fe::graph::BN_finalize_attributes().set_previous_running_stats(u.running_mean, u.running_var, momentum_));
+  for (const TensorAttr* t : {&scale, &bias, &mean, &inv_std, &next_mean, &next_var}) {
+    (*t)->set_output(true).set_data_type(fe::DataType_t::FLOAT);
+  }
+  u.scale = scale;
+  u.bias = bias;
+  u.mean = mean;
+  u.inv_std = inv_std;
+  u.next_mean = next_mean;
+  u.next_var = next_var;
+  build(g, handle);
+  check(g.get_workspace_size(u.finalize_workspace), "workspace size");
+}
+
+// relu(y * scale + bias + z) and its bit mask (as the graph BatchNorm's forward writes it, for its backward).
+void make_apply(ConvStats& u, const at::Tensor& y, cudnnHandle_t handle) {
+  fe::graph::Graph& g = u.apply;
+  start(g, y.scalar_type());
+  const auto io = io_type(y.scalar_type());
+  u.a_y = nhwc(g, "y", y, io);
+  u.a_z = nhwc(g, "z", y, io);
+  u.a_scale = per_channel(g, "scale", y.size(1));
+  u.a_bias = per_channel(g, "bias", y.size(1));
+  using Mode = fe::PointwiseMode_t;
+  const auto op = [&g](const TensorAttr& a, const TensorAttr& b, Mode mode) {
+    return g.pointwise(a, b, fe::graph::Pointwise_attributes().set_mode(mode));
+  };
+  const TensorAttr pre = op(op(op(u.a_y, u.a_scale, Mode::MUL), u.a_bias, Mode::ADD), u.a_z, Mode::ADD);
+  u.out = g.pointwise(pre, fe::graph::Pointwise_attributes().set_mode(Mode::RELU_FWD));
+  u.out->set_output(true).set_data_type(io);
+  u.mask = g.pointwise(u.out, g.tensor(0.0f),
+                       fe::graph::Pointwise_attributes().set_mode(Mode::CMP_GT).set_compute_data_type(
+                           fe::DataType_t::FLOAT));
+  u.mask->set_output(true).set_data_type(fe::DataType_t::BOOLEAN);
+  build(g, handle);
+  check(g.get_workspace_size(u.apply_workspace), "workspace size");
+}
+
+// The conv3 units' graphs: built (and the convolution autotuned) on first use per cuDNN handle, x's shape, output
+// channels, momentum and epsilon, and kept, under one lock; or why cuDNN could not build them.
+class ConvStatsCache {
+ public:
+  ConvStats* get(const at::Tensor& x, const at::Tensor& w, double momentum, double eps, cudnnHandle_t handle,
+                 std::string& error) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    Slot& s = slots_[Key{handle, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), momentum, eps}];
+    if (!s.unit && s.error.empty()) {
+      s.error = attempt([&] {
+        auto u = std::make_unique<ConvStats>();
+        make_conv(*u, x, w, handle);
+        make_finalize(*u, x.size(0) * x.size(2) * x.size(3), w.size(0), momentum, eps, handle);
+        make_apply(*u, at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
+                                 x.options().memory_format(c10::MemoryFormat::ChannelsLast)),
+                   handle);
+        s.unit = std::move(u);
+      });
+    }
+    error = s.error;
+    return s.unit.get();
+  }
+
+ private:
+  using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>;
+  struct Slot {
+    std::unique_ptr<ConvStats> unit;
+    std::string error;  // why cuDNN could not build them ("" if it could)
+  };
+  std::mutex mutex_;
+  std::map<Key, Slot> slots_;
+};
+
+ConvStatsCache& conv_stats_cache() {
+  static ConvStatsCache* c = new ConvStatsCache();  // never destroyed, as cache()
+  return *c;
+}
+
+class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& bias,
+                            at::Tensor running_mean, at::Tensor running_var, double momentum, double eps,
+                            ConvStats* unit, cudnnHandle_t handle) {
+    ConvStats& u = *unit;
+    const int64_t k = w.size(0);
+    at::Tensor y = at::empty({x.size(0), k, x.size(2), x.size(3)},
+                             x.options().memory_format(c10::MemoryFormat::ChannelsLast));
+    // sum, sum of squares, scale, bias, mean, inverse std, next running mean and variance: one allocation.
+    const at::Tensor per_channel = at::empty({8, k}, running_mean.options());
+    VariantPack conv{{u.x, x.data_ptr()},
+                     {u.w, w.data_ptr()},
+                     {u.y, y.data_ptr()},
+                     {u.sum, per_channel[0].data_ptr()},
+                     {u.sq_sum, per_channel[1].data_ptr()}};
+    execute(u.conv, handle, conv, u.conv_workspace, x);
+    VariantPack finalize{{u.f_sum, per_channel[0].data_ptr()},
+                         {u.f_sq_sum, per_channel[1].data_ptr()},
+                         {u.gamma, weight.data_ptr()},
+                         {u.beta, bias.data_ptr()},
+                         {u.running_mean, running_mean.data_ptr()},
+                         {u.running_var, running_var.data_ptr()},
+                         {u.scale, per_channel[2].data_ptr()},
+                         {u.bias, per_channel[3].data_ptr()},
+                         {u.mean, per_channel[4].data_ptr()},
+                         {u.inv_std, per_channel[5].data_ptr()},
+                         {u.next_mean, per_channel[6].data_ptr()},
+                         {u.next_var, per_channel[7].data_ptr()}};
+    execute(u.finalize, handle, finalize, u.finalize_workspace, x);
+    running_mean.copy_(per_channel[6]);  // as the graph BatchNorm: old and new statistics in separate buffers
+    running_var.copy_(per_channel[7]);
+    at::Tensor out = at::empty_like(y);
+    at::Tensor mask = bytes((y.numel() + 7) / 8, y);
+    VariantPack apply{{u.a_y, y.data_ptr()},
+                      {u.a_z, residual.data_ptr()},
+                      {u.a_scale, per_channel[2].data_ptr()},
+                      {u.a_bias, per_channel[3].data_ptr()},
+                      {u.out, out.data_ptr()},
+                      {u.mask, mask.data_ptr()}};
+    execute(u.apply, handle, apply, u.apply_workspace, x);
+    ctx->save_for_backward({x, w, y, weight, per_channel[4], per_channel[5], mask});
+    ctx->saved_data["momentum"] = momentum;
+    ctx->saved_data["eps"] = eps;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &y = saved[2], &weight = saved[3], &mean = saved[4],
+                     &inv_std = saved[5], &mask = saved[6];
+    const at::Tensor dout = grad_outputs[0].contiguous(c10::MemoryFormat::ChannelsLast);
+    const cudnnHandle_t handle = handle_on(y);
+    Backward& b = cache().backward(y, /*add=*/true, ctx->saved_data["momentum"].toDouble(),
+                                   ctx->saved_data["eps"].toDouble(), handle);
+    at::Tensor dy = at::empty_like(y), dz = at::empty_like(y);
+    at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
+    VariantPack pack{{b.dy, dout.data_ptr()},        {b.x, y.data_ptr()},         {b.mask, mask.data_ptr()},
+                     {b.gamma, weight.data_ptr()},    {b.mean, mean.data_ptr()},   {b.inv_std, inv_std.data_ptr()},
+                     {b.dx, dy.data_ptr()},           {b.dz, dz.data_ptr()},       {b.dgamma, dweight.data_ptr()},
+                     {b.dbeta, dbias.data_ptr()}};
+    execute(b.graph, handle, pack, b.workspace, y);
+    auto [dx, dw, unused] = at::convolution_backward(dy, x, w, std::nullopt, /*stride=*/{1, 1}, /*padding=*/{0, 0},
+                                                     /*dilation=*/{1, 1}, /*transposed=*/false,
+                                                     /*output_padding=*/{0, 0}, /*groups=*/1, {true, true, false});
+    torch::autograd::variable_list grads(11);  // one per forward argument; the last six have none
+    grads[0] = dx;
+    grads[1] = dw;
+    grads[2] = dz;
+    grads[3] = dweight;
+    grads[4] = dbias;
+    return grads;
+  }
+};
+
 }  // namespace
 
 std::string graph_batch_norm_unavailable_reason() { return ""; }
@@ -318,6 +539,21 @@ at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, con
   if (!graph) return at::Tensor();
   const std::optional<at::Tensor> z = residual.defined() ? std::optional<at::Tensor>(residual) : std::nullopt;
   return GraphBatchNormFunction::apply(x, z, weight, bias, running_mean, running_var, momentum, eps, graph, handle);
+}
+
+at::Tensor graph_conv_bn_add_relu(const at::Tensor& x, const at::Tensor& w, const at::Tensor& residual,
+                                  const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& running_mean,
+                                  const at::Tensor& running_var, double momentum, double eps, std::string& why) {
+  if (x.scalar_type() != at::kHalf || w.scalar_type() != at::kHalf) {
+    why = "fp16 only (cuDNN 9.19 has no bf16 plan for a convolution with BN statistics); got " +
+          std::string(c10::toString(x.scalar_type()));
+    return at::Tensor();
+  }
+  const cudnnHandle_t handle = handle_on(x);
+  ConvStats* unit = conv_stats_cache().get(x, w, momentum, eps, handle, why);
+  if (!unit) return at::Tensor();
+  return ConvBnAddReluFunction::apply(x, w, residual, weight, bias, running_mean, running_var, momentum, eps, unit,
+                                      handle);
 }
 
 }  // namespace pinfeed::model::detail
