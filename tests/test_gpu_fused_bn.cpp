@@ -128,13 +128,16 @@ TEST(GpuFusedBatchNorm, ConvStatisticsRouteMatchesATenInFloat32) {
   struct ConvCase {
     int64_t n, c, k, h, w;
   };
-  // conv3 of stages 3 and 4, and of stage 1 at a small size (C -> 4C channels).
-  for (const ConvCase& k : {ConvCase{8, 256, 1024, 14, 14}, ConvCase{8, 512, 2048, 7, 7}, ConvCase{4, 64, 256, 16, 16}}) {
+  // conv3 of stages 3 and 4, of stage 1 at a small size (C -> 4C channels), and one of 32 values per channel,
+  // where an unbiased variance differs from a biased one by 3%.
+  for (const ConvCase& k : {ConvCase{8, 256, 1024, 14, 14}, ConvCase{8, 512, 2048, 7, 7},
+                            ConvCase{4, 64, 256, 16, 16}, ConvCase{2, 64, 256, 4, 4}}) {
     SCOPED_TRACE(std::to_string(k.n) + "x" + std::to_string(k.c) + "->" + std::to_string(k.k) + "x" +
                  std::to_string(k.h) + "x" + std::to_string(k.w));
     torch::nn::Conv2d conv(torch::nn::Conv2dOptions(k.c, k.k, 1).bias(false));
     conv->to(torch::kCUDA);
     auto [ref_bn, bn] = twin_bns(k.k);
+    const at::Tensor old_mean = bn->running_mean.clone(), old_var = bn->running_var.clone();
     const auto cuda = at::TensorOptions().device(at::kCUDA);
     constexpr auto kNhwc = at::MemoryFormat::ChannelsLast;
     const at::Tensor x = at::randn({k.n, k.c, k.h, k.w}, cuda).relu().to(at::kHalf).contiguous(kNhwc);  // a ReLU's output
@@ -163,9 +166,11 @@ TEST(GpuFusedBatchNorm, ConvStatisticsRouteMatchesATenInFloat32) {
     EXPECT_LT(relative_error(conv->weight.grad(), wr.grad()), tol) << "convolution weight gradient";
     EXPECT_LT(relative_error(bn->weight.grad(), ref_bn->weight.grad()), tol) << "BN weight gradient";
     EXPECT_LT(relative_error(bn->bias.grad(), ref_bn->bias.grad()), tol) << "BN bias gradient";
-    // Statistics of the fp16 convolution's output (summed before its rounding) against the float32 one's.
-    EXPECT_LT(relative_error(bn->running_mean, ref_bn->running_mean), 1e-3) << "running mean";
-    EXPECT_LT(relative_error(bn->running_var, ref_bn->running_var), 1e-3) << "running variance (unbiased)";
+    // The batch's share of the new running statistics (where an error shows: the old values dominate the sum),
+    // from the fp16 convolution's output against the float32 one's.
+    EXPECT_LT(relative_error(bn->running_mean - old_mean, ref_bn->running_mean - old_mean), 2e-3) << "running mean";
+    EXPECT_LT(relative_error(bn->running_var - old_var, ref_bn->running_var - old_var), 2e-3)
+        << "running variance (unbiased)";
     EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
   }
   // bf16: no plan in cuDNN; an undefined tensor and the reason, nothing updated.

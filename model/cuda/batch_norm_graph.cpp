@@ -460,39 +460,39 @@ class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunc
     const int64_t k = w.size(0);
     at::Tensor y = at::empty({x.size(0), k, x.size(2), x.size(3)},
                              x.options().memory_format(c10::MemoryFormat::ChannelsLast));
-    // sum, sum of squares, scale, bias, mean, inverse std, next running mean and variance: one allocation.
-    const at::Tensor per_channel = at::empty({8, k}, running_mean.options());
+    // Per channel: sum, sum of squares, scale, bias, mean, inverse std, next running mean and variance.
+    const at::Tensor stats = at::empty({8, k}, running_mean.options());
     VariantPack conv{{u.x, x.data_ptr()},
                      {u.w, w.data_ptr()},
                      {u.y, y.data_ptr()},
-                     {u.sum, per_channel[0].data_ptr()},
-                     {u.sq_sum, per_channel[1].data_ptr()}};
+                     {u.sum, stats[0].data_ptr()},
+                     {u.sq_sum, stats[1].data_ptr()}};
     execute(u.conv, handle, conv, u.conv_workspace, x);
-    VariantPack finalize{{u.f_sum, per_channel[0].data_ptr()},
-                         {u.f_sq_sum, per_channel[1].data_ptr()},
+    VariantPack finalize{{u.f_sum, stats[0].data_ptr()},
+                         {u.f_sq_sum, stats[1].data_ptr()},
                          {u.gamma, weight.data_ptr()},
                          {u.beta, bias.data_ptr()},
                          {u.running_mean, running_mean.data_ptr()},
                          {u.running_var, running_var.data_ptr()},
-                         {u.scale, per_channel[2].data_ptr()},
-                         {u.bias, per_channel[3].data_ptr()},
-                         {u.mean, per_channel[4].data_ptr()},
-                         {u.inv_std, per_channel[5].data_ptr()},
-                         {u.next_mean, per_channel[6].data_ptr()},
-                         {u.next_var, per_channel[7].data_ptr()}};
+                         {u.scale, stats[2].data_ptr()},
+                         {u.bias, stats[3].data_ptr()},
+                         {u.mean, stats[4].data_ptr()},
+                         {u.inv_std, stats[5].data_ptr()},
+                         {u.next_mean, stats[6].data_ptr()},
+                         {u.next_var, stats[7].data_ptr()}};
     execute(u.finalize, handle, finalize, u.finalize_workspace, x);
-    running_mean.copy_(per_channel[6]);  // as the graph BatchNorm: old and new statistics in separate buffers
-    running_var.copy_(per_channel[7]);
+    running_mean.copy_(stats[6]);  // as the graph BatchNorm: old and new statistics in separate buffers
+    running_var.copy_(stats[7]);
     at::Tensor out = at::empty_like(y);
     at::Tensor mask = bytes((y.numel() + 7) / 8, y);
     VariantPack apply{{u.a_y, y.data_ptr()},
                       {u.a_z, residual.data_ptr()},
-                      {u.a_scale, per_channel[2].data_ptr()},
-                      {u.a_bias, per_channel[3].data_ptr()},
+                      {u.a_scale, stats[2].data_ptr()},
+                      {u.a_bias, stats[3].data_ptr()},
                       {u.out, out.data_ptr()},
                       {u.mask, mask.data_ptr()}};
     execute(u.apply, handle, apply, u.apply_workspace, x);
-    ctx->save_for_backward({x, w, y, weight, per_channel[4], per_channel[5], mask});
+    ctx->save_for_backward({x, w, y, weight, stats[4], stats[5], mask});
     ctx->saved_data["momentum"] = momentum;
     ctx->saved_data["eps"] = eps;
     return out;
