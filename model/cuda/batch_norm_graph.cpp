@@ -413,7 +413,8 @@ void make_apply(ConvStats& u, const at::Tensor& y, cudnnHandle_t handle) {
 }
 
 // The conv3 units' graphs: built (and the convolution autotuned) on first use per cuDNN handle, x's shape, output
-// channels, momentum and epsilon, and kept, under one lock; or why cuDNN could not build them.
+// channels, momentum and epsilon, and kept, under one lock (taken before cache()'s, never after); or why cuDNN
+// could not build them.
 class ConvStatsCache {
  public:
   ConvStats* get(const at::Tensor& x, const at::Tensor& w, double momentum, double eps, cudnnHandle_t handle,
@@ -425,9 +426,12 @@ class ConvStatsCache {
         auto u = std::make_unique<ConvStats>();
         make_conv(*u, x, w, handle);
         make_finalize(*u, x.size(0) * x.size(2) * x.size(3), w.size(0), momentum, eps, handle);
-        make_apply(*u, at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
-                                 x.options().memory_format(c10::MemoryFormat::ChannelsLast)),
-                   handle);
+        const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
+                                       x.options().memory_format(c10::MemoryFormat::ChannelsLast));
+        make_apply(*u, y, handle);
+        // The backward's graph too, on this handle: a cuDNN that cannot build it is found here, where the caller
+        // can still take the other route (the autograd thread builds its own on first use).
+        cache().backward(y, /*add=*/true, momentum, eps, handle);
         s.unit = std::move(u);
       });
     }
