@@ -135,7 +135,9 @@ std::unique_ptr<Forward> make_forward(const at::Tensor& x, bool add, double mome
   return f;
 }
 
-std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHandle_t handle) {
+// from_output: the ReLU's gradient from its output (RELU_BWD on y = relu(...), io type; the `mask` member then
+// holds that tensor) instead of from the bit mask the forward graph writes.
+std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHandle_t handle, bool from_output = false) {
   auto b = std::make_unique<Backward>();
   fe::graph::Graph& g = b->graph;
   start(g, x.scalar_type());
@@ -143,12 +145,14 @@ std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHand
   const int64_t c = x.size(1);
   b->dy = nhwc(g, "dy", x, io);
   b->x = nhwc(g, "x", x, io);
-  b->mask = nhwc(g, "mask", x, fe::DataType_t::BOOLEAN);
+  b->mask = from_output ? nhwc(g, "relu_output", x, io) : nhwc(g, "mask", x, fe::DataType_t::BOOLEAN);
   b->gamma = per_channel(g, "gamma", c);
   b->mean = per_channel(g, "mean", c);
   b->inv_std = per_channel(g, "inv_std", c);
   // The gradient through the ReLU: also the gradient of the residual added before it.
-  b->dz = g.pointwise(b->dy, b->mask, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::MUL));
+  b->dz = g.pointwise(b->dy, b->mask,
+                      fe::graph::Pointwise_attributes().set_mode(from_output ? fe::PointwiseMode_t::RELU_BWD
+                                                                             : fe::PointwiseMode_t::MUL));
   b->dz->set_output(add).set_data_type(io);
   auto [dx, dgamma, dbeta] = g.batchnorm_backward(
       b->dz, b->x, b->gamma, fe::graph::Batchnorm_backward_attributes().set_saved_mean_and_inv_variance(b->mean, b->inv_std));
@@ -313,19 +317,31 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
 //
 // Forward: the 1x1 convolution writes y and BN's per-channel sum and sum of squares (genstats), BN finalize turns
 // them into the batch's mean and inverse standard deviation, a scale and a bias, and the new running statistics,
-// and one pass writes relu(y * scale + bias + residual) and its ReLU bit mask. Against the convolution followed by
+// and one pass writes relu(y * scale + bias + residual) and its ReLU bit mask (or, where cuDNN builds no such
+// graph, the output alone, from which the backward takes the ReLU's gradient). Against the convolution followed by
 // the fused BatchNorm this drops BN's statistics pass over y (docs/training-step.md, the frontend fusions: conv +
 // genstats took 15-30 us more than the convolution alone, the scale-bias-add-ReLU pass about half the time of the
 // BN + add + ReLU forward). Backward: the graph BatchNorm's backward graph on y (above), then ATen's convolution
 // backward. fp16 only: cuDNN 9.19 has no bf16 plan for a convolution with genstats.
 
+// relu(y * scale + bias + z), with the ReLU's bit mask for the backward (mask set) or without it: then the
+// backward graph reads the output itself (ConvStats::output_backward).
+struct Apply {
+  fe::graph::Graph graph;
+  TensorAttr y, z, scale, bias, out, mask;
+  int64_t workspace = 0;
+};
+
 struct ConvStats {
-  fe::graph::Graph conv, finalize, apply;
+  fe::graph::Graph conv, finalize;
   TensorAttr x, w, y, sum, sq_sum;  // conv
   TensorAttr f_sum, f_sq_sum, gamma, beta, running_mean, running_var, scale, bias, mean, inv_std, next_mean,
-      next_var;                                      // finalize
-  TensorAttr a_y, a_z, a_scale, a_bias, out, mask;  // apply
-  int64_t conv_workspace = 0, finalize_workspace = 0, apply_workspace = 0;
+      next_var;  // finalize
+  std::unique_ptr<Apply> apply;
+  int64_t conv_workspace = 0, finalize_workspace = 0;
+  // Without the apply graph's mask: the backward graphs that take the output, per cuDNN handle (under
+  // ConvStatsCache's lock).
+  std::map<cudnnHandle_t, std::unique_ptr<Backward>> output_backward;
 };
 
 // The convolution with genstats: cuDNN's candidate plans (heuristics, then fallback; at most 8, as the layer
@@ -422,28 +438,31 @@ void make_finalize(ConvStats& u, int64_t count, int64_t k, double momentum, doub
   check(g.get_workspace_size(u.finalize_workspace), "workspace size");
 }
 
-// relu(y * scale + bias + z) and its bit mask (as the graph BatchNorm's forward writes it, for its backward).
-void make_apply(ConvStats& u, const at::Tensor& y, cudnnHandle_t handle) {
-  fe::graph::Graph& g = u.apply;
+std::unique_ptr<Apply> make_apply(const at::Tensor& y, bool mask, cudnnHandle_t handle) {
+  auto a = std::make_unique<Apply>();
+  fe::graph::Graph& g = a->graph;
   start(g, y.scalar_type());
   const auto io = io_type(y.scalar_type());
-  u.a_y = nhwc(g, "y", y, io);
-  u.a_z = nhwc(g, "z", y, io);
-  u.a_scale = per_channel(g, "scale", y.size(1));
-  u.a_bias = per_channel(g, "bias", y.size(1));
+  a->y = nhwc(g, "y", y, io);
+  a->z = nhwc(g, "z", y, io);
+  a->scale = per_channel(g, "scale", y.size(1));
+  a->bias = per_channel(g, "bias", y.size(1));
   using Mode = fe::PointwiseMode_t;
-  const auto op = [&g](const TensorAttr& a, const TensorAttr& b, Mode mode) {
-    return g.pointwise(a, b, fe::graph::Pointwise_attributes().set_mode(mode));
+  const auto op = [&g](const TensorAttr& p, const TensorAttr& q, Mode mode) {
+    return g.pointwise(p, q, fe::graph::Pointwise_attributes().set_mode(mode));
   };
-  const TensorAttr pre = op(op(op(u.a_y, u.a_scale, Mode::MUL), u.a_bias, Mode::ADD), u.a_z, Mode::ADD);
-  u.out = g.pointwise(pre, fe::graph::Pointwise_attributes().set_mode(Mode::RELU_FWD));
-  u.out->set_output(true).set_data_type(io);
-  u.mask = g.pointwise(u.out, g.tensor(0.0f),
-                       fe::graph::Pointwise_attributes().set_mode(Mode::CMP_GT).set_compute_data_type(
-                           fe::DataType_t::FLOAT));
-  u.mask->set_output(true).set_data_type(fe::DataType_t::BOOLEAN);
+  const TensorAttr pre = op(op(op(a->y, a->scale, Mode::MUL), a->bias, Mode::ADD), a->z, Mode::ADD);
+  a->out = g.pointwise(pre, fe::graph::Pointwise_attributes().set_mode(Mode::RELU_FWD));
+  a->out->set_output(true).set_data_type(io);
+  if (mask) {  // as the graph BatchNorm's forward writes it
+    a->mask = g.pointwise(a->out, g.tensor(0.0f),
+                          fe::graph::Pointwise_attributes().set_mode(Mode::CMP_GT).set_compute_data_type(
+                              fe::DataType_t::FLOAT));
+    a->mask->set_output(true).set_data_type(fe::DataType_t::BOOLEAN);
+  }
   build(g, handle);
-  check(g.get_workspace_size(u.apply_workspace), "workspace size");
+  check(g.get_workspace_size(a->workspace), "workspace size");
+  return a;
 }
 
 // The conv3 units' graphs: built (and the convolution autotuned) on first use per cuDNN handle, x's shape, output
@@ -462,15 +481,37 @@ class ConvStatsCache {
         make_finalize(*u, x.size(0) * x.size(2) * x.size(3), w.size(0), momentum, eps, handle);
         const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
                                        x.options().memory_format(c10::MemoryFormat::ChannelsLast));
-        make_apply(*u, y, handle);
-        // The backward's graph too, on this handle: a cuDNN that cannot build it is found here, where the caller
-        // can still take the other route (the autograd thread builds its own on first use).
-        cache().backward(y, /*add=*/true, momentum, eps, handle);
+        // The backward's graph is built here too, on this handle: a cuDNN that cannot build it is found where the
+        // caller can still take the other route (the autograd thread builds its own on first use). The mask
+        // from a graph of pointwise operations alone is not certain to build (the norm engines' is tested):
+        // else the apply graph without it, and the backward from the output.
+        const std::string with_mask = attempt([&] {
+          u->apply = make_apply(y, /*mask=*/true, handle);
+          cache().backward(y, /*add=*/true, momentum, eps, handle);
+        });
+        if (!with_mask.empty()) {
+          const std::string from_output = attempt([&] {
+            u->apply = make_apply(y, /*mask=*/false, handle);
+            u->output_backward[handle] = make_backward(y, /*add=*/true, handle, /*from_output=*/true);
+          });
+          TORCH_CHECK(from_output.empty(), "with the ReLU mask: ", with_mask, "; from the ReLU's output: ", from_output);
+        }
         s.unit = std::move(u);
       });
     }
     error = s.error;
     return s.unit.get();
+  }
+
+  // A unit without the apply graph's mask: its backward graph for this handle, built on first use.
+  Backward& output_backward(ConvStats& u, const at::Tensor& y, cudnnHandle_t handle) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<Backward>& b = u.output_backward[handle];
+    if (!b) {
+      const std::string error = attempt([&] { b = make_backward(y, /*add=*/true, handle, /*from_output=*/true); });
+      TORCH_CHECK(error.empty(), "graph BatchNorm backward: ", error);
+    }
+    return *b;
   }
 
  private:
@@ -523,19 +564,22 @@ class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunc
     running_mean.copy_(stats[6]);  // as the graph BatchNorm: old and new statistics in separate buffers
     running_var.copy_(stats[7]);
     at::Tensor out = at::empty_like(y);
+    Apply& a = *u.apply;
+    VariantPack apply{{a.y, y.data_ptr()},
+                      {a.z, residual.data_ptr()},
+                      {a.scale, stats[2].data_ptr()},
+                      {a.bias, stats[3].data_ptr()},
+                      {a.out, out.data_ptr()}};
     // A bit per element is what the norm engines write (the graph BatchNorm); a pointwise-only graph may write a
     // byte per element (NVIDIA's boolean sample, cuDNN 9.22+). Room for a byte each until the GPU test settles it.
-    at::Tensor mask = bytes(y.numel(), y);
-    VariantPack apply{{u.a_y, y.data_ptr()},
-                      {u.a_z, residual.data_ptr()},
-                      {u.a_scale, stats[2].data_ptr()},
-                      {u.a_bias, stats[3].data_ptr()},
-                      {u.out, out.data_ptr()},
-                      {u.mask, mask.data_ptr()}};
-    execute(u.apply, handle, apply, u.apply_workspace, x);
-    ctx->save_for_backward({x, w, y, weight, stats[4], stats[5], mask});
+    at::Tensor mask = a.mask ? bytes(y.numel(), y) : at::Tensor();
+    if (a.mask) apply[a.mask] = mask.data_ptr();
+    execute(a.graph, handle, apply, a.workspace, x);
+    // Without a mask the backward reads the output (saved as an output of this function).
+    ctx->save_for_backward({x, w, y, weight, stats[4], stats[5], a.mask ? mask : out});
     ctx->saved_data["momentum"] = momentum;
     ctx->saved_data["eps"] = eps;
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);  // units live as long as the process
     return out;
   }
 
@@ -543,11 +587,13 @@ class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunc
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1], &y = saved[2], &weight = saved[3], &mean = saved[4],
-                     &inv_std = saved[5], &mask = saved[6];
+                     &inv_std = saved[5], &mask = saved[6];  // or the output, for a unit without the mask
     const at::Tensor dout = grad_outputs[0].contiguous(c10::MemoryFormat::ChannelsLast);
     const cudnnHandle_t handle = handle_on(y);
-    Backward& b = cache().backward(y, /*add=*/true, ctx->saved_data["momentum"].toDouble(),
-                                   ctx->saved_data["eps"].toDouble(), handle);
+    ConvStats& unit = *reinterpret_cast<ConvStats*>(ctx->saved_data["unit"].toInt());
+    Backward& b = unit.apply->mask ? cache().backward(y, /*add=*/true, ctx->saved_data["momentum"].toDouble(),
+                                                      ctx->saved_data["eps"].toDouble(), handle)
+                                   : conv_stats_cache().output_backward(unit, y, handle);
     at::Tensor dy = at::empty_like(y), dz = at::empty_like(y);
     at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
     VariantPack pack{{b.dy, dout.data_ptr()},        {b.x, y.data_ptr()},         {b.mask, mask.data_ptr()},
