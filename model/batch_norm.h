@@ -9,6 +9,7 @@
 #pragma once
 
 #include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
 
 #include <string>
 
@@ -24,6 +25,7 @@ enum class GraphBatchNorm {
   kNone,
   kSmall,  // H x W <= 14 x 14; where cuDNN cannot build the graphs, the ...Ex calls, warning once
   kAll,    // where cuDNN cannot build them, the call throws
+  kConv,   // kSmall, and each block's conv3 + BN + add + ReLU through conv_bn_add_relu (fp16)
 };
 
 // Whether fused_batch_norm sends a BN of C channels over an H x W map, with a ReLU after it or not, through the
@@ -34,9 +36,15 @@ inline bool takes_graph(GraphBatchNorm graph, int64_t c, int64_t h, int64_t w, b
   return graph == GraphBatchNorm::kAll || h * w <= 14 * 14;
 }
 
-// "off", "small" (what model.bn_graph = "auto" resolves to) or "all": the bench's JSON records it.
+// "off", "small" (what model.bn_graph = "auto" resolves to), "all" or "conv": the bench's JSON records it.
 inline const char* to_string(GraphBatchNorm g) {
-  return g == GraphBatchNorm::kNone ? "off" : g == GraphBatchNorm::kSmall ? "small" : "all";
+  switch (g) {
+    case GraphBatchNorm::kNone: return "off";
+    case GraphBatchNorm::kSmall: return "small";
+    case GraphBatchNorm::kAll: return "all";
+    case GraphBatchNorm::kConv: return "conv";
+  }
+  return "?";
 }
 
 // Empty when this build has the graph API's route (the cuDNN frontend's headers found at build time).
@@ -50,5 +58,15 @@ std::string graph_batch_norm_unavailable_reason();
 // graph: where the graph API's route runs instead (channel counts that are multiples of 8).
 torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& residual, torch::nn::BatchNorm2dImpl& bn,
                                bool relu, GraphBatchNorm graph = GraphBatchNorm::kNone);
+
+// A bottleneck block's conv3, its BN, the block's shortcut and the ReLU in training mode: relu(bn(conv(x)) +
+// residual), where the convolution (1x1, stride 1, no bias) writes BN's statistics from its epilogue and one pass
+// applies BN's scale and bias, the shortcut and the ReLU (the cuDNN frontend's graph API; GraphBatchNorm::kConv).
+// BN's statistics and its backward as fused_batch_norm's. x: (N, C, H, W) fp16 on CUDA; conv's weight float32
+// (cast to fp16 here, through autocast's cache); residual (N, K, H, W) fp16. Where it cannot run (not fp16: cuDNN
+// has no bf16 plan for it; a build without the frontend; no plan for the shape), an undefined tensor and why not
+// in `why`: the caller then runs conv and fused_batch_norm.
+torch::Tensor conv_bn_add_relu(const torch::Tensor& x, torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
+                               const torch::Tensor& residual, std::string& why);
 
 }  // namespace pinfeed::model

@@ -16,4 +16,10 @@ torch::Tensor fused_batch_norm(const torch::Tensor&, const torch::Tensor&, torch
   throw std::runtime_error("fused_batch_norm: " + fused_batch_norm_unavailable_reason());
 }
 
+torch::Tensor conv_bn_add_relu(const torch::Tensor&, torch::nn::Conv2dImpl&, torch::nn::BatchNorm2dImpl&,
+                               const torch::Tensor&, std::string& why) {
+  why = fused_batch_norm_unavailable_reason();
+  return torch::Tensor();
+}
+
 }  // namespace pinfeed::model

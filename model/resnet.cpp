@@ -64,6 +64,13 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
     identity = downsample[0]->as<torch::nn::Conv2d>()->forward(identity);
     identity = bn_add_relu(*downsample[1]->as<torch::nn::BatchNorm2d>(), identity, {}, false, fused_bn_, bn_graph_);
   }
+  if (bn_graph_ == GraphBatchNorm::kConv && fused_bn_ && is_training()) {
+    std::string why;
+    torch::Tensor y = conv_bn_add_relu(out, *conv3, *bn3, identity, why);
+    if (y.defined()) return y;
+    TORCH_WARN_ONCE("model.bn_graph = \"conv\": conv3's BN statistics cannot come from the convolution here (", why,
+                    "); conv3 and the fused BatchNorm run instead");
+  }
   return bn_add_relu(*bn3, conv3(out), identity, true, fused_bn_, bn_graph_);
 }
 

@@ -116,6 +116,11 @@ TEST(GraphBatchNormRule, BnReluAt14x14AndSmallerUnderAutoEveryBnReluUnderAll) {
   EXPECT_TRUE(takes_graph(GraphBatchNorm::kAll, 256, 56, 56, true));
   EXPECT_FALSE(takes_graph(GraphBatchNorm::kAll, 256, 56, 56, false));
   EXPECT_FALSE(takes_graph(GraphBatchNorm::kNone, 1024, 14, 14, true));
+  // "conv": auto's routes for the BNs it leaves to fused_batch_norm (conv3's BN goes through conv_bn_add_relu).
+  EXPECT_TRUE(takes_graph(GraphBatchNorm::kConv, 1024, 14, 14, true));
+  EXPECT_FALSE(takes_graph(GraphBatchNorm::kConv, 512, 28, 28, true));
+  EXPECT_STREQ(to_string(GraphBatchNorm::kConv), "conv");
+  EXPECT_STREQ(to_string(GraphBatchNorm::kSmall), "small");
 }
 
 TEST(ConvFork, TheInputPassesThroughAndBothGradientsReachIt) {

@@ -73,6 +73,8 @@ TEST(Plan, GraphBatchNormFollowsTheFusedBatchNormUnlessAskedFor) {
   const auto e = plan_error(cpu_config({"model.bn_graph=\"all\""}));
   EXPECT_NE(e.find("model.bn_graph = \"all\" needs the fused BatchNorm"), std::string::npos) << e;
   EXPECT_NE(e.find("set \"auto\" or \"off\""), std::string::npos) << e;
+  const auto conv = plan_error(cpu_config({"model.bn_graph=\"conv\""}));
+  EXPECT_NE(conv.find("model.bn_graph = \"conv\" needs the fused BatchNorm"), std::string::npos) << conv;
   const auto bad = test::message_of<ConfigError>([] { cpu_config({"model.bn_graph=\"small\""}); });
   EXPECT_NE(bad.find("model.bn_graph"), std::string::npos) << bad;
 }

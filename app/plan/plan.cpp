@@ -214,10 +214,19 @@ model::GraphBatchNorm resolve_bn_graph(const Plan& p) {
                                                 " did not resolve to it under this plan)"
                               : !why.empty() ? why
                                              : "";
-  if (missing.empty()) return c.model.bn_graph == "all" ? model::GraphBatchNorm::kAll : model::GraphBatchNorm::kSmall;
+  // "conv": cuDNN has plans for a convolution with BN statistics in fp16 only.
+  const std::string conv_missing =
+      c.model.bn_graph == "conv" && p.precision != Precision::kFp16
+          ? "train.precision = \"fp16\" (is \"" + c.train.precision + "\"; cuDNN has no bf16 plan for it)"
+          : "";
+  if (missing.empty() && conv_missing.empty()) {
+    return c.model.bn_graph == "all"    ? model::GraphBatchNorm::kAll
+           : c.model.bn_graph == "conv" ? model::GraphBatchNorm::kConv
+                                        : model::GraphBatchNorm::kSmall;
+  }
   if (c.model.bn_graph == "auto") return model::GraphBatchNorm::kNone;
-  throw ConfigError(location_of(c, "model.bn_graph") + ": model.bn_graph = \"all\" needs " + missing +
-                    "; set \"auto\" or \"off\"");
+  throw ConfigError(location_of(c, "model.bn_graph") + ": model.bn_graph = \"" + c.model.bn_graph + "\" needs " +
+                    (missing.empty() ? conv_missing : missing) + "; set \"auto\" or \"off\"");
 }
 
 // model.fold_grad_add: the GEMM reads channels_last memory as rows. "auto" takes it with the fused BN, where it

@@ -300,7 +300,9 @@ class Training {
               (plan_.fused_bn ? ", fused BatchNorm (cuDNN)" : "") +
               (plan_.bn_graph == model::GraphBatchNorm::kSmall ? std::string(" (graph API at 14x14 and smaller)")
                : plan_.bn_graph == model::GraphBatchNorm::kAll ? std::string(" (graph API)")
-                                                                 : std::string()) + (plan_.stem_max_pool ? ", pinfeed's max pool" : "") +
+               : plan_.bn_graph == model::GraphBatchNorm::kConv
+                   ? std::string(" (graph API at 14x14 and smaller; each conv3 writes its BN's statistics)")
+                   : std::string()) + (plan_.stem_max_pool ? ", pinfeed's max pool" : "") +
               (plan_.fold_grad_add ? ", gradient sums in GEMMs" : "") + (runner_.graphed() ? ", CUDA graph" : "") +
               (dist_.active() ? ", " + std::to_string(dist_.world()) + " ranks (global batch " +
                                     std::to_string(plan_.train_loader.batch_size * dist_.world()) + ")"

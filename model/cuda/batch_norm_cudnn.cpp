@@ -4,6 +4,7 @@
 #include "model/batch_norm.h"
 #include "model/cuda/batch_norm_graph.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
 #include <ATen/ops/empty.h>
@@ -205,6 +206,38 @@ torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& resi
                                       *momentum, bn.options.eps(), relu);
   }
   {
+    at::NoGradGuard no_grad;
+    bn.num_batches_tracked.add_(1);
+  }
+  return y;
+}
+
+torch::Tensor conv_bn_add_relu(const torch::Tensor& x, torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
+                               const torch::Tensor& residual, std::string& why) {
+  const auto& o = conv.options;
+  const bool pointwise = (*o.kernel_size())[0] == 1 && (*o.kernel_size())[1] == 1 && (*o.stride())[0] == 1 &&
+                         (*o.stride())[1] == 1 && o.groups() == 1 && !o.bias();
+  TORCH_CHECK(pointwise, "conv_bn_add_relu: a 1x1 stride-1 convolution without bias expected");
+  TORCH_CHECK(x.is_cuda() && x.dim() == 4 && residual.dim() == 4, "conv_bn_add_relu: 4-d CUDA tensors expected");
+  TORCH_CHECK(residual.size(0) == x.size(0) && residual.size(1) == conv.weight.size(0) &&
+                  residual.size(2) == x.size(2) && residual.size(3) == x.size(3) &&
+                  residual.scalar_type() == x.scalar_type(),
+              "conv_bn_add_relu: residual ", residual.sizes(), " ", residual.scalar_type(),
+              " does not match the convolution's output");
+  const auto momentum = bn.options.momentum();
+  TORCH_CHECK(momentum.has_value(), "conv_bn_add_relu: a cumulative moving average (momentum None) is not supported");
+  const c10::cuda::CUDAGuard guard(x.device());
+  constexpr auto kNhwc = c10::MemoryFormat::ChannelsLast;
+  // The weight in the input's dtype, as autocast casts it for a convolution (through its cache where autocast is
+  // on: the cache lives until the autocast scope ends); the cast is differentiable, so the gradient reaches the
+  // float32 weight.
+  const at::Tensor w = (at::autocast::is_autocast_enabled(at::kCUDA)
+                            ? at::autocast::cached_cast(x.scalar_type(), conv.weight, c10::DeviceType::CUDA)
+                            : conv.weight.to(x.scalar_type()))
+                           .contiguous(kNhwc);
+  at::Tensor y = detail::graph_conv_bn_add_relu(x.contiguous(kNhwc), w, residual.contiguous(kNhwc), bn.weight, bn.bias,
+                                                bn.running_mean, bn.running_var, *momentum, bn.options.eps(), why);
+  if (y.defined()) {
     at::NoGradGuard no_grad;
     bn.num_batches_tracked.add_(1);
   }

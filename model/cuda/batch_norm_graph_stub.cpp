@@ -16,4 +16,11 @@ at::Tensor graph_batch_norm(const at::Tensor&, const at::Tensor&, const at::Tens
   return at::Tensor();
 }
 
+at::Tensor graph_conv_bn_add_relu(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                  const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double,
+                                  std::string& why) {
+  why = graph_batch_norm_unavailable_reason();
+  return at::Tensor();
+}
+
 }  // namespace pinfeed::model::detail
