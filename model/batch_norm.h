@@ -23,9 +23,9 @@ std::string fused_batch_norm_unavailable_reason();
 // its backward only at 14x14 and smaller (ResNet-50's stages 3 and 4 at 224 px; docs/training-step.md).
 enum class GraphBatchNorm {
   kNone,
-  kSmall,  // H x W <= 14 x 14; where cuDNN cannot build the graphs, the ...Ex calls, warning once
+  kSmall,  // H x W <= 14 x 14 ("auto" in bf16); where cuDNN cannot build the graphs, the ...Ex calls, warning once
   kAll,    // where cuDNN cannot build them, the call throws
-  kConv,   // kSmall, and each block's conv3 + BN + add + ReLU through conv_bn_add_relu (fp16)
+  kConv,   // kSmall, and each block's conv3 + BN + add + ReLU through conv_bn_add_relu ("auto" in fp16)
 };
 
 // Whether fused_batch_norm sends a BN of C channels over an H x W map, with a ReLU after it or not, through the
@@ -36,7 +36,7 @@ inline bool takes_graph(GraphBatchNorm graph, int64_t c, int64_t h, int64_t w, b
   return graph == GraphBatchNorm::kAll || h * w <= 14 * 14;
 }
 
-// "off", "small" (what model.bn_graph = "auto" resolves to), "all" or "conv": the bench's JSON records it.
+// "off", "small", "all" or "conv", the values of model.bn_graph it stands for: the bench's JSON records it.
 inline const char* to_string(GraphBatchNorm g) {
   switch (g) {
     case GraphBatchNorm::kNone: return "off";

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "app/plan/datasets.h"
@@ -136,6 +137,8 @@ const bool kCublasWorkspaceFixed = ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8"
 //   mode reduces through scaled integers; PyTorch's channels-last kernel through a staging buffer in fixed
 //   order), 2-D max-pool backward (a gather) and the 1x1 average pool (a mean) add no floats atomically.
 // - cuBLAS (fc) across streams: workspace fixed above.
+// - fp16's conv3 with BN statistics (model.bn_graph "auto"): only plans cuDNN does not mark nondeterministic,
+//   chosen without timing; where none is left, the fused BatchNorm instead (with a warning).
 // Should a kernel still differ, the message gives the largest difference of each tensor.
 TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
@@ -184,22 +187,25 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
 TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const c10::Device cuda(c10::kCUDA, 0);
-  // The fused BatchNorm in both precisions; in fp16 also with each conv3 writing its BN's statistics.
-  const std::pair<const char*, const char*> variants[] = {
-      {"bf16", "[model]\nfused_bn = \"on\"\n"},
-      {"fp16", "[model]\nfused_bn = \"on\"\n"},
-      {"fp16", "[model]\nfused_bn = \"on\"\nbn_graph = \"conv\"\n"}};
+  // The fused BatchNorm in both precisions under model.bn_graph "auto" (in fp16 each conv3 writes its BN's
+  // statistics), and in fp16 also without that ("small").
+  using pinfeed::model::GraphBatchNorm;
+  const std::tuple<const char*, const char*, GraphBatchNorm> variants[] = {
+      {"bf16", "[model]\nfused_bn = \"on\"\n", GraphBatchNorm::kSmall},
+      {"fp16", "[model]\nfused_bn = \"on\"\nbn_graph = \"small\"\n", GraphBatchNorm::kSmall},
+      {"fp16", "[model]\nfused_bn = \"on\"\n", GraphBatchNorm::kConv}};
   // The conv3 route falls back with a warning where it cannot run: none may come.
   struct Warnings : c10::WarningHandler {
     std::vector<std::string> seen;
     void process(const c10::Warning& w) override { seen.push_back(w.msg()); }
   } warnings;
   const c10::WarningUtils::WarningHandlerGuard catch_warnings(&warnings);
-  for (const auto& [precision, model_keys] : variants) {
+  for (const auto& [precision, model_keys, bn_graph] : variants) {
     SCOPED_TRACE(std::string(precision) + " " + model_keys);
     const Plan fused_plan = resolve_plan(config(false, precision, model_keys));
     const Plan unfused_plan = resolve_plan(config(false, precision, "[model]\nfused_bn = \"off\"\n"));
     ASSERT_TRUE(fused_plan.fused_bn);
+    ASSERT_EQ(fused_plan.bn_graph, bn_graph) << pinfeed::model::to_string(fused_plan.bn_graph);
     ASSERT_FALSE(unfused_plan.fused_bn);
     // same seed: same initial weights
     StepRunner fused(step_options(fused_plan), 10), unfused(step_options(unfused_plan), 10);

@@ -50,7 +50,7 @@ struct ModelConfig {
   std::string max_pool = "auto";  // auto | pinfeed | aten: the stem's max pool in training (pinfeed: model/max_pool.h)
   std::string pad_input = "auto";  // auto | on | off: the input as fp16 RGB + a zero channel (model/resnet.h)
   std::string fold_grad_add = "auto";  // auto | on | off: block-input gradient sums inside a GEMM (model/conv_fork.h)
-  std::string bn_graph = "auto";  // auto | all | conv | off: fused BN + ReLU through the cuDNN frontend (model/batch_norm.h)
+  std::string bn_graph = "auto";  // auto | small | conv | all | off: fused BN + ReLU through the cuDNN frontend (model/batch_norm.h)
 };
 
 struct TrainConfig {

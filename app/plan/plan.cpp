@@ -205,28 +205,30 @@ bool resolve_stem_max_pool(const Plan& p) {
 }
 
 // model.bn_graph: the graph API's route is part of the fused BatchNorm and needs the cuDNN frontend in the build.
-// "auto" takes it at the sizes where it was measured faster, wherever it can run; "all" insists.
+// "auto" takes what was measured fastest, wherever it can run: in fp16 the convolution with BN statistics ("conv";
+// cuDNN has plans for it in fp16 only), otherwise the graphs at 14x14 and smaller ("small"). The others insist.
 model::GraphBatchNorm resolve_bn_graph(const Plan& p) {
   const Config& c = p.config;
-  if (c.model.bn_graph == "off") return model::GraphBatchNorm::kNone;
+  const std::string& v = c.model.bn_graph;
+  if (v == "off") return model::GraphBatchNorm::kNone;
   const std::string why = model::graph_batch_norm_unavailable_reason();
   const std::string missing = !p.fused_bn ? "the fused BatchNorm (model.fused_bn: " + c.model.fused_bn +
                                                 " did not resolve to it under this plan)"
                               : !why.empty() ? why
                                              : "";
-  // "conv": cuDNN has plans for a convolution with BN statistics in fp16 only.
-  const std::string conv_missing =
-      c.model.bn_graph == "conv" && p.precision != Precision::kFp16
-          ? "train.precision = \"fp16\" (is \"" + c.train.precision + "\"; cuDNN has no bf16 plan for it)"
-          : "";
-  if (missing.empty() && conv_missing.empty()) {
-    return c.model.bn_graph == "all"    ? model::GraphBatchNorm::kAll
-           : c.model.bn_graph == "conv" ? model::GraphBatchNorm::kConv
-                                        : model::GraphBatchNorm::kSmall;
+  const bool fp16 = p.precision == Precision::kFp16;
+  if (v == "conv" && missing.empty() && !fp16) {
+    throw ConfigError(location_of(c, "model.bn_graph") + ": model.bn_graph = \"conv\" needs train.precision = " +
+                      "\"fp16\" (is \"" + c.train.precision + "\"; cuDNN has plans for it in fp16 only); set \"auto\" or \"off\"");
   }
-  if (c.model.bn_graph == "auto") return model::GraphBatchNorm::kNone;
-  throw ConfigError(location_of(c, "model.bn_graph") + ": model.bn_graph = \"" + c.model.bn_graph + "\" needs " +
-                    (missing.empty() ? conv_missing : missing) + "; set \"auto\" or \"off\"");
+  if (missing.empty()) {
+    return v == "all"                        ? model::GraphBatchNorm::kAll
+           : v == "conv" || (v == "auto" && fp16) ? model::GraphBatchNorm::kConv
+                                                   : model::GraphBatchNorm::kSmall;
+  }
+  if (v == "auto") return model::GraphBatchNorm::kNone;
+  throw ConfigError(location_of(c, "model.bn_graph") + ": model.bn_graph = \"" + v + "\" needs " + missing +
+                    "; set \"auto\" or \"off\"");
 }
 
 // model.fold_grad_add: the GEMM reads channels_last memory as rows. "auto" takes it with the fused BN, where it

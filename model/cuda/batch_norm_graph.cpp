@@ -17,6 +17,7 @@
 
 #include "model/cuda/batch_norm_graph.h"
 
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cudnn/Handle.h>
@@ -344,9 +345,16 @@ struct ConvStats {
   std::map<cudnnHandle_t, std::unique_ptr<Backward>> output_backward;
 };
 
+// Whether deterministic kernels were asked for (torch.use_deterministic_algorithms or cuDNN's own flag).
+bool deterministic() {
+  return at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms();
+}
+
 // The convolution with genstats: cuDNN's candidate plans (heuristics, then fallback; at most 8, as the layer
-// benchmark timed them) built one by one, each timed on these tensors, the fastest kept (as cudnn_benchmark does
-// for ATen's own convolutions). Not Graph::autotune: its workspace query reads plans that failed to build.
+// benchmark timed them) built one by one, each timed on these tensors, the fastest kept, as cudnn_benchmark does
+// for ATen's own convolutions; with cudnn_benchmark off, the first that runs (the same one in every process, so
+// that a resumed run replays the kernels of the run it continues). Not Graph::autotune: its workspace query reads
+// plans that failed to build.
 void make_conv(ConvStats& u, const at::Tensor& x, const at::Tensor& w, cudnnHandle_t handle) {
   fe::graph::Graph& g = u.conv;
   start(g, x.scalar_type());
@@ -364,6 +372,7 @@ void make_conv(ConvStats& u, const at::Tensor& x, const at::Tensor& w, cudnnHand
   check(g.validate(), "validate");
   check(g.build_operation_graph(handle), "operation graph");
   check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "execution plans");
+  if (deterministic()) g.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});  // as ATen's convolutions
   check(g.check_support(handle), "support");
   const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
                                  x.options().memory_format(c10::MemoryFormat::ChannelsLast));
@@ -389,6 +398,10 @@ void make_conv(ConvStats& u, const at::Tensor& x, const at::Tensor& w, cudnnHand
       (void)cudaGetLastError();  // a launch that failed must not surface later as someone else's error
       last_error = e.get_message();
       continue;
+    }
+    if (!at::globalContext().benchmarkCuDNN()) {
+      best = i;
+      break;
     }
     at::cuda::CUDAEvent start_event(cudaEventDefault), end_event(cudaEventDefault);
     float ms = 0;
@@ -473,7 +486,8 @@ class ConvStatsCache {
   ConvStats* get(const at::Tensor& x, const at::Tensor& w, double momentum, double eps, cudnnHandle_t handle,
                  std::string& error) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    Slot& s = slots_[Key{handle, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), momentum, eps}];
+    Slot& s = slots_[Key{handle, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), momentum, eps,
+                         deterministic(), at::globalContext().benchmarkCuDNN()}];
     if (!s.unit && s.error.empty()) {
       s.error = attempt([&] {
         auto u = std::make_unique<ConvStats>();
@@ -515,7 +529,8 @@ class ConvStatsCache {
   }
 
  private:
-  using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>;
+  // The last two: deterministic kernels only, cudnn_benchmark (they choose the convolution's plan).
+  using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double, bool, bool>;
   struct Slot {
     std::unique_ptr<ConvStats> unit;
     std::string error;  // why cuDNN could not build them ("" if it could)
