@@ -137,8 +137,8 @@ const bool kCublasWorkspaceFixed = ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8"
 //   mode reduces through scaled integers; PyTorch's channels-last kernel through a staging buffer in fixed
 //   order), 2-D max-pool backward (a gather) and the 1x1 average pool (a mean) add no floats atomically.
 // - cuBLAS (fc) across streams: workspace fixed above.
-// - fp16's conv3 with BN statistics (model.bn_graph "auto"): only plans cuDNN does not mark nondeterministic,
-//   chosen without timing; where none is left, the fused BatchNorm instead (with a warning).
+// - fp16's conv3 with BN statistics (model.bn_graph "auto"): with it this test failed (its sums, most likely);
+//   under deterministic kernels it gives way to the fused BatchNorm (warning once), which this test covers.
 // Should a kernel still differ, the message gives the largest difference of each tensor.
 TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";

@@ -372,7 +372,6 @@ void make_conv(ConvStats& u, const at::Tensor& x, const at::Tensor& w, cudnnHand
   check(g.validate(), "validate");
   check(g.build_operation_graph(handle), "operation graph");
   check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "execution plans");
-  if (deterministic()) g.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});  // as ATen's convolutions
   check(g.check_support(handle), "support");
   const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
                                  x.options().memory_format(c10::MemoryFormat::ChannelsLast));
@@ -487,7 +486,7 @@ class ConvStatsCache {
                  std::string& error) {
     const std::lock_guard<std::mutex> lock(mutex_);
     Slot& s = slots_[Key{handle, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), momentum, eps,
-                         deterministic(), at::globalContext().benchmarkCuDNN()}];
+                         at::globalContext().benchmarkCuDNN()}];
     if (!s.unit && s.error.empty()) {
       s.error = attempt([&] {
         auto u = std::make_unique<ConvStats>();
@@ -529,8 +528,8 @@ class ConvStatsCache {
   }
 
  private:
-  // The last two: deterministic kernels only, cudnn_benchmark (they choose the convolution's plan).
-  using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double, bool, bool>;
+  // The last: cudnn_benchmark (it chooses how the convolution's plan is picked).
+  using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double, bool>;
   struct Slot {
     std::unique_ptr<ConvStats> unit;
     std::string error;  // why cuDNN could not build them ("" if it could)
@@ -649,6 +648,13 @@ at::Tensor graph_conv_bn_add_relu(const at::Tensor& x, const at::Tensor& w, cons
   if (x.scalar_type() != at::kHalf || w.scalar_type() != at::kHalf) {
     why = "fp16 only (cuDNN 9.19 has no bf16 plan for a convolution with BN statistics); got " +
           std::string(c10::toString(x.scalar_type()));
+    return at::Tensor();
+  }
+  // With the route, a resumed run under deterministic kernels did not go on bit for bit as the uninterrupted run
+  // (GPU test); the likeliest cause, not confirmed, is the order in which the convolution's epilogue adds up the
+  // statistics. So under them, as ATen leaves out its nondeterministic algorithms, the caller's other route.
+  if (deterministic()) {
+    why = "deterministic kernels were asked for, and this route's results are not reproducible bit for bit";
     return at::Tensor();
   }
   const cudnnHandle_t handle = handle_on(x);
