@@ -2,8 +2,8 @@
 # The training step against its Python peers, side by side in one run (docs/training-step.md): ResNet-50 with
 # the batch already on the GPU (gpu_resident: the compute ceiling), channels_last, SGD momentum, a CUDA graph for
 # pinfeed; pinfeed with its own kernels (fused BatchNorm, at 14x14 and smaller through cuDNN's graph API; stem max
-# pool, gradient sums in GEMMs; in fp16 the input padded to 4 channels, model.pad_input), without the graph API, and
-# with ATen's, torchvision eager and
+# pool, gradient sums in GEMMs; in fp16 the input padded to 4 channels, model.pad_input, and each conv3 writing its
+# BN's statistics), in fp16 without the last, without the graph API, and with ATen's, torchvision eager and
 # torchvision + torch.compile, each in bf16 and fp16 (loss scaling). Then the table (scripts/step_table.py) into OUT_DIR/table.md.
 #   usage: scripts/bench_step.sh OUT_DIR
 #   PINFEED_BIN           pinfeed executable (default: build/app/pinfeed, built by setup.sh if missing)
@@ -11,8 +11,9 @@
 #                         reads one batch)
 #   BATCH SIZE            batch per step and crop side (default 256, 224)
 #   PRECISIONS            default "bf16 fp16"
-#   PARTS                 any of: pinfeed ex_bn unfused eager compile (default: all; ex_bn: pinfeed with every fused
-#                         BatchNorm by cuDNN's ...Ex calls, model.bn_graph off)
+#   PARTS                 any of: pinfeed small ex_bn unfused eager compile (default: all; small, fp16 only: pinfeed
+#                         without conv3 writing its BN's statistics, model.bn_graph small; ex_bn: pinfeed with every
+#                         fused BatchNorm by cuDNN's ...Ex calls, model.bn_graph off)
 #   REPEATS WARMUP STEPS  per row (default 3, 15, 40); PYTHON (default python3, with torch and torchvision)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +23,7 @@ bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
 [ -x "$bin" ] || "$repo/scripts/setup.sh"
 cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
 data=${PINFEED_STEP_DATA:-$cache/datasets/step-photo-v1}
-batch=${BATCH:-256} size=${SIZE:-224} precisions=${PRECISIONS:-bf16 fp16} parts=${PARTS:-pinfeed ex_bn unfused eager compile}
+batch=${BATCH:-256} size=${SIZE:-224} precisions=${PRECISIONS:-bf16 fp16} parts=${PARTS:-pinfeed small ex_bn unfused eager compile}
 repeats=${REPEATS:-3} warmup=${WARMUP:-15} steps=${STEPS:-40}
 python=${PYTHON:-python3}
 
@@ -59,8 +60,11 @@ for p in $precisions; do
   [[ " $parts " == *" ex_bn "* ]] &&
     add "pinfeed, fused BatchNorm by cuDNN's ...Ex calls only, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" "$out/pinfeed-ex-bn-$p/bench.json" \
       pinfeed_row "pinfeed-ex-bn-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed 'model.bn_graph="off"'
+  [[ " $parts " == *" small "* && $p == fp16 ]] &&
+    add "pinfeed, without conv3's BN statistics (model.bn_graph small), input padded to 4 channels, $p" "$out/pinfeed-small-$p/bench.json" \
+      pinfeed_row "pinfeed-small-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed 'model.bn_graph="small"'
   [[ " $parts " == *" pinfeed "* ]] &&
-    add "pinfeed, fused BatchNorm, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" "$out/pinfeed-$p/bench.json" \
+    add "pinfeed, fused BatchNorm, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ", input padded to 4 channels, conv3 writing its BN's statistics"), $p" "$out/pinfeed-$p/bench.json" \
       pinfeed_row "pinfeed-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed
 done
 (( ${#rows[@]} )) || { echo "[bench_step] no row ran" >&2; exit 1; }
