@@ -64,8 +64,8 @@ torch::Tensor fused_batch_norm(const torch::Tensor& x, const torch::Tensor& resi
 // applies BN's scale and bias, the shortcut and the ReLU (the cuDNN frontend's graph API; GraphBatchNorm::kConv).
 // BN's statistics and its backward as fused_batch_norm's. x: (N, C, H, W) fp16 on CUDA; conv's weight float32
 // (cast to fp16 here, through autocast's cache); residual (N, K, H, W) fp16. Where it cannot run (not fp16: cuDNN
-// has no bf16 plan for it; a build without the frontend; no plan for the shape), an undefined tensor and why not
-// in `why`: the caller then runs conv and fused_batch_norm.
+// has no bf16 plan for it; a build without the frontend; no plan for the shape; deterministic kernels asked for),
+// an undefined tensor and why not in `why`: the caller then runs conv and fused_batch_norm.
 torch::Tensor conv_bn_add_relu(const torch::Tensor& x, torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn,
                                const torch::Tensor& residual, std::string& why);
 

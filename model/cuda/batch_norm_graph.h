@@ -25,7 +25,8 @@ at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, con
 // epilogue (cuDNN genstats, then BN finalize and one scale-bias-add-ReLU pass): x (N, C, H, W) and w (K, C, 1, 1)
 // channels_last fp16 on CUDA, residual (N, K, H, W) channels_last fp16; weight, bias, running_mean, running_var
 // (K,) float32 as graph_batch_norm's. Differentiable in x, w, residual, weight and bias. Where it cannot run (not
-// fp16: cuDNN has no bf16 plan; no plan for the shape), an undefined tensor and the reason in `why`.
+// fp16: cuDNN has no bf16 plan; no plan for the shape; deterministic kernels asked for), an undefined tensor and
+// the reason in `why`.
 at::Tensor graph_conv_bn_add_relu(const at::Tensor& x, const at::Tensor& w, const at::Tensor& residual,
                                   const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& running_mean,
                                   const at::Tensor& running_var, double momentum, double eps, std::string& why);
