@@ -68,7 +68,7 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
     std::string why;
     torch::Tensor y = conv_bn_add_relu(out, *conv3, *bn3, identity, why);
     if (y.defined()) return y;
-    TORCH_WARN_ONCE("model.bn_graph = \"conv\": conv3's BN statistics cannot come from the convolution here (", why,
+    TORCH_WARN_ONCE("model.bn_graph: conv3's BN statistics cannot come from the convolution here (", why,
                     "); conv3 and the fused BatchNorm run instead");
   }
   return bn_add_relu(*bn3, conv3(out), identity, true, fused_bn_, bn_graph_);

@@ -248,7 +248,11 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
     std::cout << precision << " (" << pinfeed::model::to_string(fused_plan.bn_graph) << ") 20-step mean losses, unfused/fused:"
               << curves << "\n";
   }
-  for (const std::string& w : warnings.seen) EXPECT_EQ(w.find("cannot"), std::string::npos) << w;
+  for (const std::string& w : warnings.seen) {
+    EXPECT_EQ(w.find("cannot come from the convolution"), std::string::npos) << w;  // the route's fallback
+    EXPECT_EQ(w.find("graph API cannot"), std::string::npos) << w;                   // the graph BatchNorm's
+    if (w.find("without its ReLU mask") != std::string::npos) std::cout << w << "\n";  // a form, not a fallback
+  }
 }
 
 // fp16 with a loss scale so large that the gradients overflow: the step is skipped (weights and momentum as

@@ -508,6 +508,9 @@ class ConvStatsCache {
             u->output_backward[handle] = make_backward(y, /*add=*/true, handle, /*from_output=*/true);
           });
           TORCH_CHECK(from_output.empty(), "with the ReLU mask: ", with_mask, "; from the ReLU's output: ", from_output);
+          // Said once, so that a run's log tells which of the two forms it trained with.
+          TORCH_WARN_ONCE("model.bn_graph: conv3's scale-bias-add-ReLU pass was built without its ReLU mask (",
+                          with_mask, "); its backward takes the ReLU's gradient from the block's output instead");
         }
         s.unit = std::move(u);
       });
