@@ -194,7 +194,8 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
       {"bf16", "[model]\nfused_bn = \"on\"\n", GraphBatchNorm::kSmall},
       {"fp16", "[model]\nfused_bn = \"on\"\nbn_graph = \"small\"\n", GraphBatchNorm::kSmall},
       {"fp16", "[model]\nfused_bn = \"on\"\n", GraphBatchNorm::kConv}};
-  // The conv3 route falls back with a warning where it cannot run: none may come.
+  // The conv3 route falls back with a warning where it cannot run: none may come. (Each warning comes once per
+  // process: ctest runs each test in a process of its own, so no earlier test can have used it up.)
   struct Warnings : c10::WarningHandler {
     std::vector<std::string> seen;
     void process(const c10::Warning& w) override { seen.push_back(w.msg()); }

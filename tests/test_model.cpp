@@ -104,8 +104,9 @@ TEST(ResNet50, FoldedGradientSumGivesTheSameGradients) {
   }
 }
 
-// model.bn_graph "auto" (kSmall): ResNet-50's stages 3 and 4 at 224 px (14x14, 7x7), not stages 1-2 or the stem.
-TEST(GraphBatchNormRule, BnReluAt14x14AndSmallerUnderAutoEveryBnReluUnderAll) {
+// model.bn_graph "small" (also under "conv", and "auto" in bf16): ResNet-50's stages 3 and 4 at 224 px (14x14,
+// 7x7), not stages 1-2 or the stem.
+TEST(GraphBatchNormRule, BnReluAt14x14AndSmallerUnderSmallEveryBnReluUnderAll) {
   EXPECT_TRUE(takes_graph(GraphBatchNorm::kSmall, 1024, 14, 14, true));
   EXPECT_TRUE(takes_graph(GraphBatchNorm::kSmall, 2048, 7, 7, true));
   EXPECT_TRUE(takes_graph(GraphBatchNorm::kSmall, 256, 10, 10, true));     // stage 3 at 160 px
