@@ -1,9 +1,10 @@
 // BN + ReLU and BN + add + ReLU through the cuDNN frontend's graph API (header-only C++ over cuDNN's backend), as
 // a LibTorch autograd function: model/batch_norm.h's GraphBatchNorm. The forward graph writes y, the batch's
 // mean and inverse standard deviation, the new running statistics (copied back into the module's) and a ReLU
-// bit mask (y > 0, one bit per element); the backward graph multiplies dy by the mask (that product is also the shortcut's gradient) and
-// runs BatchNorm's backward. Where it pays (docs/training-step.md): the forward beats the ...Ex calls at every
-// size; the backward only at 14x14 and smaller.
+// bit mask (y > 0, one bit per element); the backward graph multiplies dy by the mask (that product is also the
+// shortcut's gradient) and runs BatchNorm's backward. Where it pays (docs/training-step.md): the forward beats the
+// ...Ex calls at every size; the backward only at 14x14 and smaller. Further down, in fp16, a block's conv3 + BN +
+// add + ReLU with BN's statistics from the convolution (GraphBatchNorm::kConv), on the same backward graph.
 //
 // Graphs are built once per shape, dtype, constants and cuDNN handle, on first use (the warm-up steps before a
 // CUDA graph capture), and kept for the process.
@@ -347,11 +348,6 @@ struct ConvStats {
   std::map<cudnnHandle_t, std::unique_ptr<Backward>> output_backward;
 };
 
-// Whether deterministic kernels were asked for (torch.use_deterministic_algorithms or cuDNN's own flag).
-bool deterministic() {
-  return at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms();
-}
-
 // The convolution with genstats: cuDNN's candidate plans (heuristics, then fallback; at most 8, as the layer
 // benchmark timed them) built one by one, each timed on these tensors, the fastest kept, as cudnn_benchmark does
 // for ATen's own convolutions; with cudnn_benchmark off, the first that runs (the same one in every process, so
@@ -663,7 +659,7 @@ at::Tensor graph_conv_bn_add_relu(const at::Tensor& x, const at::Tensor& w, cons
   // With the route, a resumed run under deterministic kernels did not go on bit for bit as the uninterrupted run
   // (GPU test); the likeliest cause, not confirmed, is the order in which the convolution's epilogue adds up the
   // statistics. So under them, as ATen leaves out its nondeterministic algorithms, the caller's other route.
-  if (deterministic()) {
+  if (at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms()) {
     why = "deterministic kernels were asked for, and this route's results are not reproducible bit for bit";
     return at::Tensor();
   }
