@@ -589,10 +589,10 @@ class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunc
                       {a.scale, stats[2].data_ptr()},
                       {a.bias, stats[3].data_ptr()},
                       {a.out, out.data_ptr()}};
-    // A bit per element is what the norm engines write (the graph BatchNorm); a pointwise-only graph may write a
-    // byte per element (NVIDIA's boolean sample, cuDNN 9.22+). Room for a byte each: which of the two this pass
-    // writes was not yet checked on the GPU.
-    at::Tensor mask = a.mask ? bytes(y.numel(), y) : at::Tensor();
+    // A bit per element, as the graph BatchNorm's norm engine writes it: the backward graph is that BatchNorm's,
+    // and the exact shortcut gradient of the GPU test (dz == dy * (y > 0)) holds only if this pass writes the
+    // bits it reads (a byte per element read as bits would zero 7 of every 8 gradients).
+    at::Tensor mask = a.mask ? bytes((y.numel() + 7) / 8, y) : at::Tensor();
     if (a.mask) apply[a.mask] = mask.data_ptr();
     execute(a.graph, handle, apply, a.workspace, x);
     // Without a mask the backward reads the output (saved as an output of this function).
