@@ -14,12 +14,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "app/dist/distributed.h"
 #include "app/dist/grad_sync.h"
+#include "app/optim/loss_scaler.h"
 #include "app/optim/sgd.h"
 #include "app/plan/plan.h"
 #include "app/run/checkpoint.h"
@@ -113,6 +115,45 @@ int rank_grad_sync() {
   });
 }
 
+// Rank part: the fp16 loss scaling of the step (StepRunner's order: backward of the scaled loss, gradients
+// averaged, unscaled and checked, the optimizer skipping on found_inf, the scale updated), on the MLP. At step
+// kOverflowStep only rank 1's gradients overflow. Writes the final parameters to OUT/rank<r>.bin and
+// "scale skipped" to OUT/scaler<r>.txt.
+constexpr int kOverflowStep = 2;
+int rank_loss_scaler() {
+  const DistEnv env = dist_env_from_environment();
+  const c10::Device device(c10::kCPU);
+  Distributed dist(env, device, "gloo", std::chrono::seconds(20));
+  return dist.guard([&] {
+    Mlp mlp(device);
+    dist.broadcast(mlp.params);
+    GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, /*overlap=*/true);
+    Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+    LossScalerOptions o;
+    o.init_scale = 1024;
+    o.growth_interval = 1000;
+    LossScaler scaler(device, o);
+    for (int step = 0; step < kSteps; ++step) {
+      const auto [x, y] = global_batch(step, device);
+      sgd.zero_grad();
+      at::Tensor loss = scaler.scale(mlp.loss(x.narrow(0, env.rank * kBatch, kBatch), y.narrow(0, env.rank * kBatch, kBatch)));
+      if (env.rank == 1 && step == kOverflowStep) loss = loss * std::numeric_limits<float>::infinity();
+      loss.backward();
+      sync.finish_step();
+      std::vector<at::Tensor> grads;
+      for (const at::Tensor& p : mlp.params) grads.push_back(p.grad());
+      scaler.unscale(grads);
+      sgd.step(0.1, scaler.found_inf());
+      scaler.update();
+    }
+    const std::string out = env_or("PINFEED_TEST_OUT", ".");
+    write_tensor(out + "/rank" + std::to_string(env.rank) + ".bin", flat(mlp.params));
+    std::ofstream(out + "/scaler" + std::to_string(env.rank) + ".txt")
+        << scaler.current_scale() << " " << scaler.skipped_steps() << "\n";
+    return 0;
+  });
+}
+
 // Rank part: distributed validation of an untrained ResNet over PINFEED_TEST_DATA's val split; writes
 // "samples top1" to OUT/eval<r>.txt.
 int rank_eval() {
@@ -184,6 +225,32 @@ TEST(DataParallel, WithoutOverlapTheAverageIsTheSame) {
 TEST(DataParallel, NcclOnTwoGpusMatchesOneRankOfBatch2B) {
   if (!gpu::available() || torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   expect_two_ranks_match_one_rank_of_twice_the_batch("nccl", /*overlap=*/true);
+}
+
+// A step that overflows on one rank only is skipped by both: the check runs on the averaged gradients. Both end
+// with the same weights, the scale halved once and one skipped step; the weights are those of the run that never
+// took that step, and not the start's.
+TEST(DataParallel, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
+  const std::string out = test::fresh_dir("dp_loss_scaler");
+  const auto exits = test::run_ranks(2, {self_exe()}, 120, rank_env("loss_scaler", out), out + "/rank");
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(exits[r].code, 0) << read_text(out + "/rank" + std::to_string(r) + ".log");
+  const at::Tensor rank0 = read_floats(out + "/rank0.bin"), rank1 = read_floats(out + "/rank1.bin");
+  EXPECT_TRUE(rank0.equal(rank1)) << "ranks disagree by " << (rank0 - rank1).abs().max().item<double>();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(read_text(out + "/scaler" + std::to_string(r) + ".txt"), "512 1\n") << "rank " << r;
+
+  // One process, the whole global batch, the overflowing step left out.
+  Mlp mlp(c10::Device(c10::kCPU));
+  Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+  for (int step = 0; step < kSteps; ++step) {
+    if (step == kOverflowStep) continue;
+    const auto [x, y] = global_batch(step, c10::Device(c10::kCPU));
+    sgd.zero_grad();
+    mlp.loss(x, y).backward();
+    sgd.step(0.1);
+  }
+  EXPECT_TRUE(at::allclose(rank0, flat(mlp.params), 1e-5, 1e-6))
+      << "max difference " << (rank0 - flat(mlp.params)).abs().max().item<double>();
+  EXPECT_FALSE(at::allclose(rank0, flat(Mlp(c10::Device(c10::kCPU)).params))) << "the weights did not move";
 }
 
 TEST(DataParallel, ShardsAreDisjointAndCoverTheEpoch) {
@@ -456,6 +523,7 @@ int main(int argc, char** argv) {
     try {
       if (std::string(part) == "grad_sync") return pinfeed::app::rank_grad_sync();
       if (std::string(part) == "eval") return pinfeed::app::rank_eval();
+      if (std::string(part) == "loss_scaler") return pinfeed::app::rank_loss_scaler();
     } catch (const pinfeed::app::PeerFailed& e) {
       std::fprintf(stderr, "rank stopped: %s\n", e.what());
       return 5;
