@@ -139,9 +139,7 @@ std::unique_ptr<Forward> make_forward(const at::Tensor& x, bool add, double mome
   return f;
 }
 
-// from_output: the ReLU's gradient from its output (RELU_BWD on y = relu(...), io type; the `mask` member then
-// holds that tensor) instead of from the bit mask the forward graph writes.
-std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHandle_t handle, bool from_output = false) {
+std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHandle_t handle) {
   auto b = std::make_unique<Backward>();
   fe::graph::Graph& g = b->graph;
   start(g, x.scalar_type());
@@ -149,14 +147,12 @@ std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHand
   const int64_t c = x.size(1);
   b->dy = nhwc(g, "dy", x, io);
   b->x = nhwc(g, "x", x, io);
-  b->mask = from_output ? nhwc(g, "relu_output", x, io) : nhwc(g, "mask", x, fe::DataType_t::BOOLEAN);
+  b->mask = nhwc(g, "mask", x, fe::DataType_t::BOOLEAN);
   b->gamma = per_channel(g, "gamma", c);
   b->mean = per_channel(g, "mean", c);
   b->inv_std = per_channel(g, "inv_std", c);
   // The gradient through the ReLU: also the gradient of the residual added before it.
-  b->dz = g.pointwise(b->dy, b->mask,
-                      fe::graph::Pointwise_attributes().set_mode(from_output ? fe::PointwiseMode_t::RELU_BWD
-                                                                             : fe::PointwiseMode_t::MUL));
+  b->dz = g.pointwise(b->dy, b->mask, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::MUL));
   b->dz->set_output(add).set_data_type(io);
   auto [dx, dgamma, dbeta] = g.batchnorm_backward(
       b->dz, b->x, b->gamma, fe::graph::Batchnorm_backward_attributes().set_saved_mean_and_inv_variance(b->mean, b->inv_std));
@@ -321,15 +317,13 @@ class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFu
 //
 // Forward: the 1x1 convolution writes y and BN's per-channel sum and sum of squares (genstats), BN finalize turns
 // them into the batch's mean and inverse standard deviation, a scale and a bias, and the new running statistics,
-// and one pass writes relu(y * scale + bias + residual) and its ReLU bit mask (or, where cuDNN builds no such
-// graph, the output alone, from which the backward takes the ReLU's gradient). Against the convolution followed by
+// and one pass writes relu(y * scale + bias + residual) and its ReLU bit mask. Against the convolution followed by
 // the fused BatchNorm this drops BN's statistics pass over y (docs/training-step.md, the frontend fusions: conv +
 // genstats took 15-30 us more than the convolution alone, the scale-bias-add-ReLU pass about half the time of the
 // BN + add + ReLU forward). Backward: the graph BatchNorm's backward graph on y (above), then ATen's convolution
 // backward. fp16 only: cuDNN 9.19 has no bf16 plan for a convolution with genstats.
 
-// relu(y * scale + bias + z), with the ReLU's bit mask for the backward (mask set) or without it: then the
-// backward graph reads the output itself (ConvStats::output_backward).
+// relu(y * scale + bias + z), with the ReLU's bit mask for the backward.
 struct Apply {
   fe::graph::Graph graph;
   TensorAttr y, z, scale, bias, out, mask;
@@ -343,9 +337,6 @@ struct ConvStats {
       next_var;  // finalize
   std::unique_ptr<Apply> apply;
   int64_t conv_workspace = 0, finalize_workspace = 0;
-  // Without the apply graph's mask: the backward graphs that take the output, per cuDNN handle (under
-  // ConvStatsCache's lock).
-  std::map<cudnnHandle_t, std::unique_ptr<Backward>> output_backward;
 };
 
 // The convolution with genstats: cuDNN's candidate plans (heuristics, then fallback; at most 8, as the layer
@@ -452,7 +443,7 @@ void make_finalize(ConvStats& u, int64_t count, int64_t k, double momentum, doub
   check(g.get_workspace_size(u.finalize_workspace), "workspace size");
 }
 
-std::unique_ptr<Apply> make_apply(const at::Tensor& y, bool mask, cudnnHandle_t handle) {
+std::unique_ptr<Apply> make_apply(const at::Tensor& y, cudnnHandle_t handle) {
   auto a = std::make_unique<Apply>();
   fe::graph::Graph& g = a->graph;
   start(g, y.scalar_type());
@@ -468,12 +459,11 @@ std::unique_ptr<Apply> make_apply(const at::Tensor& y, bool mask, cudnnHandle_t 
   const TensorAttr pre = op(op(op(a->y, a->scale, Mode::MUL), a->bias, Mode::ADD), a->z, Mode::ADD);
   a->out = g.pointwise(pre, fe::graph::Pointwise_attributes().set_mode(Mode::RELU_FWD));
   a->out->set_output(true).set_data_type(io);
-  if (mask) {  // as the graph BatchNorm's forward writes it
-    a->mask = g.pointwise(a->out, g.tensor(0.0f),
-                          fe::graph::Pointwise_attributes().set_mode(Mode::CMP_GT).set_compute_data_type(
-                              fe::DataType_t::FLOAT));
-    a->mask->set_output(true).set_data_type(fe::DataType_t::BOOLEAN);
-  }
+  // The mask as the graph BatchNorm's forward writes it (its backward graph reads it).
+  a->mask = g.pointwise(a->out, g.tensor(0.0f),
+                        fe::graph::Pointwise_attributes().set_mode(Mode::CMP_GT).set_compute_data_type(
+                            fe::DataType_t::FLOAT));
+  a->mask->set_output(true).set_data_type(fe::DataType_t::BOOLEAN);
   build(g, handle);
   check(g.get_workspace_size(a->workspace), "workspace size");
   return a;
@@ -496,40 +486,16 @@ class ConvStatsCache {
         make_finalize(*u, x.size(0) * x.size(2) * x.size(3), w.size(0), momentum, eps, handle);
         const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
                                        x.options().memory_format(c10::MemoryFormat::ChannelsLast));
-        // The backward's graph is built here too, on this handle: a cuDNN that cannot build it is found where the
-        // caller can still take the other route (the autograd thread builds its own on first use). The mask
-        // from a graph of pointwise operations alone is not certain to build (the norm engines' is tested):
-        // else the apply graph without it, and the backward from the output.
-        const std::string with_mask = attempt([&] {
-          u->apply = make_apply(y, /*mask=*/true, handle);
-          cache().backward(y, /*add=*/true, momentum, eps, handle);
-        });
-        if (!with_mask.empty()) {
-          const std::string from_output = attempt([&] {
-            u->apply = make_apply(y, /*mask=*/false, handle);
-            u->output_backward[handle] = make_backward(y, /*add=*/true, handle, /*from_output=*/true);
-          });
-          TORCH_CHECK(from_output.empty(), "with the ReLU mask: ", with_mask, "; from the ReLU's output: ", from_output);
-          // Said once, so that a run's log tells which of the two forms it trained with.
-          TORCH_WARN_ONCE("model.bn_graph: conv3's scale-bias-add-ReLU pass was built without its ReLU mask (",
-                          with_mask, "); its backward takes the ReLU's gradient from the block's output instead");
-        }
+        // The backward's graph is built here too, on this handle: a cuDNN that cannot build it (or the apply
+        // graph's mask) is found where the caller can still take the other route (the autograd thread builds its
+        // own on first use).
+        u->apply = make_apply(y, handle);
+        cache().backward(y, /*add=*/true, momentum, eps, handle);
         s.unit = std::move(u);
       });
     }
     error = s.error;
     return s.unit.get();
-  }
-
-  // A unit without the apply graph's mask: its backward graph for this handle, built on first use.
-  Backward& output_backward(ConvStats& u, const at::Tensor& y, cudnnHandle_t handle) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    std::unique_ptr<Backward>& b = u.output_backward[handle];
-    if (!b) {
-      const std::string error = attempt([&] { b = make_backward(y, /*add=*/true, handle, /*from_output=*/true); });
-      TORCH_CHECK(error.empty(), "graph BatchNorm backward: ", error);
-    }
-    return *b;
   }
 
  private:
@@ -592,14 +558,12 @@ class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunc
     // A bit per element, as the graph BatchNorm's norm engine writes it: the backward graph is that BatchNorm's,
     // and the exact shortcut gradient of the GPU test (dz == dy * (y > 0)) holds only if this pass writes the
     // bits it reads (a byte per element read as bits would zero 7 of every 8 gradients).
-    at::Tensor mask = a.mask ? bytes((y.numel() + 7) / 8, y) : at::Tensor();
-    if (a.mask) apply[a.mask] = mask.data_ptr();
+    const at::Tensor mask = bytes((y.numel() + 7) / 8, y);
+    apply[a.mask] = mask.data_ptr();
     execute(a.graph, handle, apply, a.workspace, x);
-    // Without a mask the backward reads the output (saved as an output of this function).
-    ctx->save_for_backward({x, w, y, weight, stats[4], stats[5], a.mask ? mask : out});
+    ctx->save_for_backward({x, w, y, weight, stats[4], stats[5], mask});
     ctx->saved_data["momentum"] = momentum;
     ctx->saved_data["eps"] = eps;
-    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);  // units live as long as the process
     return out;
   }
 
@@ -607,13 +571,11 @@ class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunc
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1], &y = saved[2], &weight = saved[3], &mean = saved[4],
-                     &inv_std = saved[5], &mask = saved[6];  // or the output, for a unit without the mask
+                     &inv_std = saved[5], &mask = saved[6];
     const at::Tensor dout = grad_outputs[0].contiguous(c10::MemoryFormat::ChannelsLast);
     const cudnnHandle_t handle = handle_on(y);
-    ConvStats& unit = *reinterpret_cast<ConvStats*>(ctx->saved_data["unit"].toInt());
-    Backward& b = unit.apply->mask ? cache().backward(y, /*add=*/true, ctx->saved_data["momentum"].toDouble(),
-                                                      ctx->saved_data["eps"].toDouble(), handle)
-                                   : conv_stats_cache().output_backward(unit, y, handle);
+    Backward& b = cache().backward(y, /*add=*/true, ctx->saved_data["momentum"].toDouble(),
+                                   ctx->saved_data["eps"].toDouble(), handle);
     at::Tensor dy = at::empty_like(y), dz = at::empty_like(y);
     at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
     VariantPack pack{{b.dy, dout.data_ptr()},        {b.x, y.data_ptr()},         {b.mask, mask.data_ptr()},
