@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The feed at the step's ceiling against DALI + torch.compile, side by side in one run (docs/training-step.md):
+# The feed at the step's ceiling against DALI + torch.compile, side by side in one run (docs/gpu-decode.md):
 # pinfeed's nvJPEG feed (dual_stream, CUDA graph, fp16, batch 256), each point beside its own gpu_resident row,
 # then DALI's `mixed` decoder feeding torchvision's ResNet-50 under torch.compile at the same points
 # (hw_decoder_load 0.65 and 0.99). Then the table (scripts/feed_table.py) into OUT_DIR/feed.md.

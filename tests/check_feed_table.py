@@ -18,7 +18,7 @@ def fail(message):
 
 def main():
     repo = pathlib.Path(sys.argv[1])
-    data = repo / "docs" / "data" / "training-step"
+    data = repo / "docs" / "data" / "gpu-decode"
     script = repo / "scripts" / "feed_table.py"
     ours = sorted(str(p) for p in data.glob("feed-fp16-*.json"))
     theirs = sorted(str(p) for p in data.glob("dali-compile-fp16-*.json"))
