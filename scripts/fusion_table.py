@@ -5,10 +5,10 @@ tests/bench_conv_bn_fusion.cu, as scripts/bench_fusion.sh writes them (fusion.js
     fusion_table.py FUSION.json [MORE.json ...] [--json OUT]
 
 Per stage, in microseconds per step (each layer's time times its count), the forms the program compares:
-  forward today   conv + pinfeed's BN (+ add) + ReLU
+  forward separate conv + pinfeed's BN (+ add) + ReLU
   forward fused   conv with the statistics in its epilogue (and, but for a block's conv1, the previous BN's
                   scale-bias-ReLU in its prologue) + finalize (+ scale-bias-add-ReLU after conv3)
-  backward        the conv2 and conv3 units only: today dgrad + wgrad + pinfeed's BN + ReLU backward; fused
+  backward        the conv2 and conv3 units only: separate: dgrad + wgrad + pinfeed's BN + ReLU backward; fused
                   dgrad+dReLU+dBN-weight + dBN apply + wgrad with scale-bias-ReLU in its prologue
 Then every layer's own BatchNorm, forward and backward, pinfeed's against the frontend's; the saving of the
 faster pair per layer; and the better of the two changes per stage (where the first file has those times: an
@@ -94,7 +94,7 @@ def main():
     d = docs[0]
     print(f"{d['device']}, cuDNN {d['cudnn']}, cuDNN frontend {d['cudnn_frontend']}, batch {d['batch']}, "
           f"{d['precision']}, best of up to {d['max_plans']} plans per graph (us per step)\n")
-    print("| stage | forward today | forward fused | backward today | backward fused | fused saves |")
+    print("| stage | forward separate | forward fused | backward separate | backward fused | fused saves |")
     print("| --- | --- | --- | --- | --- | --- |")
     for i, s in enumerate(STAGES):
         t = first[s]
