@@ -17,7 +17,8 @@
 #   bench-w4/trace.pageable.json        the same, the copy on the compute stream (idle for both measures)
 #   train/trace_steps_10-29.json        pinfeed train, default workers, dual_stream
 # Exit 0 when every run agrees within MAX_DIFF; 1 otherwise. The kernel idle and the launch-bound figure are
-# printed beside it: the StepMeter cannot see gaps between the kernels of a step (see README, "Tracing steps").
+# printed beside it: the StepMeter cannot see gaps between the kernels of a step (see docs/measurement.md,
+# "The StepMeter's blind spot").
 set -euo pipefail
 if [ $# -lt 2 ]; then
   sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
