@@ -34,7 +34,11 @@ namespace {
 
 using namespace pinfeed;
 
-int print_config_help() {
+int print_config_help(bool markdown) {
+  if (markdown) {  // the README's key table (a test compares the two)
+    std::fputs(app::config_keys_markdown().c_str(), stdout);
+    return app::kExitOk;
+  }
   std::printf("Config keys ([section] key = value in TOML; override on the command line as section.key=value):\n\n");
   for (const auto& k : app::config_keys()) {
     std::printf("  %-28s %-8s default %-10s %s\n", k.name.c_str(), k.type.c_str(), k.default_value.c_str(), k.help.c_str());
@@ -140,6 +144,8 @@ int run(int argc, char** argv) {
   auto* help = cli.add_subcommand("help", "more help: 'pinfeed help config' lists every config key, 'pinfeed help metrics' every per-epoch metric, 'pinfeed help CMD' a command's options");
   std::string topic;
   help->add_option("topic", topic, "config | metrics | a command");
+  bool markdown = false;
+  help->add_flag("--markdown", markdown, "config: the key table as Markdown (README.md's)");
 
   if (const std::string problem = misuse(cli, argc, argv); !problem.empty()) {
     log::error(problem);
@@ -152,7 +158,7 @@ int run(int argc, char** argv) {
   }
 
   if (*help) {
-    if (topic == "config") return print_config_help();
+    if (topic == "config") return print_config_help(markdown);
     if (topic == "metrics") return print_metrics_help();
     if (topic.empty()) {
       std::cout << cli.help();

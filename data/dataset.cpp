@@ -51,7 +51,7 @@ GpuDecode Dataset::checked_gpu_kind(int64_t index, const std::vector<uint8_t>& f
 }
 
 bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
-  if (!gpu_takes(index, transform_.gpu_share)) return false;
+  if (!gpu_takes(index, transform_.nvjpeg_share)) return false;
   JpegInfo info;
   const GpuDecode kind = checked_gpu_kind(index, encoded->bytes, &info, scratch.region, &checks_in_load_);
   if (kind == GpuDecode::kNone) return false;
@@ -79,7 +79,7 @@ void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, D
 }
 
 bool Dataset::check_gpu_file(int64_t index, DecodeScratch& scratch) const {
-  if (!checked_ || !gpu_takes(index, transform_.gpu_share)) return false;
+  if (!checked_ || !gpu_takes(index, transform_.nvjpeg_share)) return false;
   if (checked_[index].load(std::memory_order_acquire) != 0) return true;
   try {
     read_file(folder_.samples[index].path, scratch.file, transform_.max_file_bytes);

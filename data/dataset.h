@@ -23,7 +23,7 @@ struct BadImage {
   std::string reason;  // the reader's or decoder's message, e.g. "libjpeg: Premature end of JPEG file"
 };
 
-// Whether sample `index` is one the GPU may decode when TransformOptions::gpu_share is `share`: a fixed draw
+// Whether sample `index` is one the GPU may decode when TransformOptions::nvjpeg_share is `share`: a fixed draw
 // per index, true for about that fraction of indices.
 bool gpu_takes(int64_t index, double share);
 

@@ -309,7 +309,7 @@ void Loader::fill_window_locked() {
   bool opened = false;
   while (static_cast<int>(s.window.size()) < s.options.prefetch_batches) {
     const bool current = next_to_open_ < end_batch_;
-    if (!current && (!s.options.prefetch_next_epoch || next_opened_ >= end_batch_)) break;
+    if (!current && (!s.options.continue_into_next_epoch || next_opened_ >= end_batch_)) break;
     auto slot = arena_->try_acquire();
     if (!slot) break;
     if (current) {

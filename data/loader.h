@@ -20,7 +20,7 @@
 namespace pinfeed::data {
 
 struct LoaderOptions {
-  int64_t batch_size = 64;
+  int64_t batch_size = 256;
   int workers = 0;           // 0: default_workers()
   int prefetch_batches = 4;  // batches decoded ahead of the consumer
   bool shuffle = true;       // reshuffled every epoch from (seed, epoch)
@@ -31,7 +31,7 @@ struct LoaderOptions {
   // Once every batch of the epoch is under way, start on the next epoch's first batches, so that the epoch
   // after this one (started with start_epoch(epoch + 1)) does not begin with the whole pipeline empty. Off for
   // a validation split, which always re-reads epoch 0.
-  bool prefetch_next_epoch = true;
+  bool continue_into_next_epoch = true;
   // With GPU decode (TransformOptions::gpu_decode): threads that check the files with libjpeg ahead of the
   // workers, in this loader's order, at idle priority (data/check_ahead.h). -1: the cores the workers leave,
   // hardware threads / shards - workers - 2 for the training thread and the copier, at least 1 (the loader
@@ -42,7 +42,7 @@ struct LoaderOptions {
   // decoder looping inside its library) makes next() and start_epoch() throw StuckSample (data/error.h) naming
   // the file, instead of the run waiting for ever on it. 0: no bound. It also bounds how long shutdown waits for
   // a worker (kStopWait at most): one that is well finishes its sample within it.
-  double sample_timeout_s = 0;
+  double sample_timeout_s = 300;
   // Asked every kStopPoll while next() or start_epoch() waits for the workers: true makes the wait throw
   // Interrupted, so that a stop asked for (Ctrl-C) ends a wait on a stuck or slow worker too. A batch that is
   // ready is returned without asking. Empty: never. Called on the threads that call next() and start_epoch(),

@@ -46,7 +46,7 @@ struct TransformOptions {
   // With gpu_decode: the fraction of samples whose JPEGs the GPU may take, chosen by sample index (the same
   // samples every epoch and on every rank); the workers decode the others. Fewer images per batch for nvJPEG means
   // fewer of its per-image driver calls beside the training step's launches (DALI's hw_decoder_load).
-  double gpu_share = 1.0;
+  double nvjpeg_share = 1.0;
   float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet, RGB
   float std[3] = {0.229f, 0.224f, 0.225f};
 };

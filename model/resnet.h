@@ -17,9 +17,9 @@ namespace pinfeed::model {
 
 struct ResNetOptions {
   int64_t num_classes = 1000;
-  // Zero-initialise the last BN of each residual branch so every block starts as the identity:
-  // +0.2-0.3% top-1 on ImageNet (Goyal et al. 2017, "Accurate, Large Minibatch SGD").
-  bool zero_init_residual = false;
+  // Zero-initialise the last BN of each residual branch so every block starts as the identity (Goyal et al.
+  // 2017, "Accurate, Large Minibatch SGD"; torchvision's default is false).
+  bool zero_init_residual = true;
   // In training mode, each BN with the ReLU and residual add after it runs as one cuDNN op (model/batch_norm.h):
   // CUDA, channels_last, bf16 or fp16 autocast. Evaluation and the parameter names are the same either way.
   bool fused_bn = false;

@@ -34,18 +34,18 @@ class EventFence : public data::Fence {
 Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
                PipelineOptions options, FeederOptions feeder_options)
     : options_(options), feeder_options_(feeder_options), cuda_(feeder_options.device.is_cuda()) {
-  if (const OptionsProblem problem = check_options(options_, cuda_)) throw std::invalid_argument(problem.message);
-  if (cuda_ && !feeder_options_.compute_stream) throw std::invalid_argument("Feeder on CUDA needs its compute stream");
+  // What the plan decided (app/plan/plan.cpp), asserted, not decided again.
+  const OptionsProblem problem = check_options(options_, cuda_);
+  TORCH_INTERNAL_ASSERT(!problem, problem.message);
+  TORCH_INTERNAL_ASSERT(!cuda_ || feeder_options_.compute_stream, "Feeder on CUDA needs its compute stream");
   const bool u8_pixels = dataset->transform().format == data::PixelFormat::kUint8Hwc;
-  if (u8_pixels != (options_.transfer_dtype == TransferDtype::kUint8)) {
-    throw std::invalid_argument(std::string("the dataset decodes to ") + (u8_pixels ? "uint8" : "float32") +
-                                " but pipeline.transfer_dtype is " + to_string(options_.transfer_dtype));
-  }
+  TORCH_INTERNAL_ASSERT(u8_pixels == (options_.transfer_dtype == TransferDtype::kUint8),
+                        "the dataset's pixels and pipeline.transfer_dtype disagree");
   if (dataset->transform().gpu_decode) {
-    if (!cuda_) throw std::invalid_argument("GPU JPEG decode needs a CUDA device");
+    TORCH_INTERNAL_ASSERT(cuda_, "the GPU decoder needs a CUDA device");
     decoder_ = std::make_unique<gpu::JpegDecoder>(feeder_options_.device, dataset->transform());
   }
-  const int slots = feeder_options_.ring_slots > 0 ? feeder_options_.ring_slots : loader_options.prefetch_batches + 2;
+  const int slots = ring_slots(loader_options.prefetch_batches);
   make_ring(*dataset, loader_options.batch_size, slots);
   // The loader is only ever asked on this Feeder's threads (next(), start_epoch(), the copier), all done before the
   // destructor's end: `this` outlives every call.
@@ -61,7 +61,7 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
     scale_ = at::tensor(std::vector<float>(a.scale, a.scale + 3)).view({1, 3, 1, 1}).to(feeder_options_.device);
     shift_ = at::tensor(std::vector<float>(a.shift, a.shift + 3)).view({1, 3, 1, 1}).to(feeder_options_.device);
   }
-  if (cuda_ && options_.prefetch == Prefetch::kDualStream) {
+  if (cuda_ && options_.dual_stream) {
     copy_stream_ = gpu::new_stream(feeder_options_.device);
     copier_ = std::thread([this] { copier_loop(); });
   }
@@ -101,8 +101,8 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
       }
     }
     log::warn("pinned memory unavailable (" + why + "); falling back to mode pageable");
-    options_.pin_memory = options_.non_blocking = false;
-    options_.prefetch = Prefetch::kNone;
+    options_.pin_memory = options_.non_blocking = options_.dual_stream = false;
+    options_.mode = Mode::kPageable;
   }
   ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/false, encoded);
 }
@@ -158,7 +158,7 @@ int Feeder::batches_copied_locked() const {
 }
 
 void Feeder::copier_loop() {
-  const bool carry_on = loader_->options().prefetch_next_epoch;
+  const bool carry_on = loader_->options().continue_into_next_epoch;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || (copying_ && batches_copied_locked() < kDeviceAhead); });

@@ -35,14 +35,13 @@ struct FeederOptions {
   // channels or 4 (RGB and a zero channel: model/resnet.h). float16 saves autocast's cast of a float32 batch.
   c10::ScalarType input_dtype = c10::kFloat;
   int64_t input_channels = 3;
-  int ring_slots = 0;  // 0: prefetch_batches + 2 (one being copied, one being computed on)
 };
 
 // dual_stream on CUDA: a copier thread of the Feeder's own takes each batch from the loader as soon as it is
 // decoded and issues its copy (and, for uint8, its normalisation) on a copy stream, up to kDeviceAhead batches
 // ahead; next() on the training thread only takes a ready batch and makes the compute stream wait for it.
 // At an epoch's end the copier carries on into the next epoch's first batches (as the loader's workers do,
-// LoaderOptions::prefetch_next_epoch): with the GPU decoder, a batch's decode is the copier's work, and an epoch
+// LoaderOptions::continue_into_next_epoch): with the GPU decoder, a batch's decode is the copier's work, and an epoch
 // that began with nothing copied made the GPU wait for a whole decode at every epoch boundary.
 // Issuing a copy costs 45-55 us of driver and allocator calls on an idle host and 3-4x that next to busy
 // decode workers (docs/transfer-modes.md): work kept off the thread that launches the GPU's kernels.

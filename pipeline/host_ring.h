@@ -73,5 +73,7 @@ class HostRing : public data::BatchArena {
 
 // Bytes a ring of `slots` would allocate, for checking the budget before allocating.
 int64_t ring_bytes(int slots, int64_t batch_size, size_t image_bytes);
+// A ring's slots for a loader deciding prefetch_batches ahead: those, one being copied, one being computed on.
+inline int ring_slots(int prefetch_batches) { return prefetch_batches + 2; }
 
 }  // namespace pinfeed::pipeline

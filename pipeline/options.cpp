@@ -6,11 +6,12 @@ namespace pinfeed::pipeline {
 
 const std::vector<ModePreset>& mode_presets() {
   static const std::vector<ModePreset> presets = {
-      {"pageable", false, false, Prefetch::kNone, "ordinary host memory, blocking copy"},
-      {"pinned", true, false, Prefetch::kNone, "page-locked memory, blocking copy"},
-      {"non_blocking", false, true, Prefetch::kNone, "ordinary memory, non_blocking copy (still synchronises)"},
-      {"pinned_non_blocking", true, true, Prefetch::kNone, "page-locked memory, async copy on the compute stream"},
-      {"dual_stream", true, true, Prefetch::kDualStream,
+      {Mode::kPageable, "pageable", false, false, false, "ordinary host memory, blocking copy"},
+      {Mode::kPinned, "pinned", true, false, false, "page-locked memory, blocking copy"},
+      {Mode::kNonBlocking, "non_blocking", false, true, false, "ordinary memory, non_blocking copy (still synchronises)"},
+      {Mode::kPinnedNonBlocking, "pinned_non_blocking", true, true, false,
+       "page-locked memory, async copy on the compute stream"},
+      {Mode::kDualStream, "dual_stream", true, true, true,
        "page-locked memory, next batch copied on a copy stream while the current one computes"},
   };
   return presets;
@@ -23,6 +24,8 @@ const ModePreset* find_preset(const std::string& name) {
   return nullptr;
 }
 
+const ModePreset& preset_of(Mode mode) { return mode_presets().at(static_cast<size_t>(mode)); }
+
 std::string preset_names() {
   std::string s;
   for (const auto& p : mode_presets()) s += (s.empty() ? "" : " | ") + std::string(p.name);
@@ -32,12 +35,13 @@ std::string preset_names() {
 void apply_preset(const ModePreset& preset, PipelineOptions& o) {
   o.pin_memory = preset.pin_memory;
   o.non_blocking = preset.non_blocking;
-  o.prefetch = preset.prefetch;
+  o.dual_stream = preset.dual_stream;
+  o.mode = preset.mode;
 }
 
 std::string mode_name(const PipelineOptions& o) {
   for (const auto& p : mode_presets()) {
-    if (p.pin_memory == o.pin_memory && p.non_blocking == o.non_blocking && p.prefetch == o.prefetch) return p.name;
+    if (p.pin_memory == o.pin_memory && p.non_blocking == o.non_blocking && p.dual_stream == o.dual_stream) return p.name;
   }
   return "custom";
 }
@@ -51,19 +55,18 @@ OptionsProblem check_options(const PipelineOptions& o, bool device_is_cuda) {
       return {"pipeline.non_blocking",
               "pipeline.non_blocking = true needs a CUDA device (train.device resolved to cpu)"};
     }
-    if (o.prefetch != Prefetch::kNone) {
-      return {"pipeline.prefetch",
-              "pipeline.prefetch = \"dual_stream\" needs a CUDA device (train.device resolved to cpu)"};
+    if (o.dual_stream) {
+      return {"pipeline.dual_stream", "pipeline.dual_stream = true needs a CUDA device (train.device resolved to cpu)"};
     }
   }
-  if (o.prefetch == Prefetch::kDualStream && !o.pin_memory) {
-    return {"pipeline.prefetch",
-            "pipeline.prefetch = \"dual_stream\" needs pipeline.pin_memory = true: a copy from pageable memory "
-            "cannot overlap with compute"};
+  if (o.dual_stream && !o.pin_memory) {
+    return {"pipeline.dual_stream",
+            "pipeline.dual_stream = true needs pipeline.pin_memory = true: a copy from pageable memory cannot "
+            "overlap with compute"};
   }
-  if (o.prefetch == Prefetch::kDualStream && !o.non_blocking) {
-    return {"pipeline.prefetch",
-            "pipeline.prefetch = \"dual_stream\" issues asynchronous copies; it needs pipeline.non_blocking = true"};
+  if (o.dual_stream && !o.non_blocking) {
+    return {"pipeline.dual_stream",
+            "pipeline.dual_stream = true issues asynchronous copies; it needs pipeline.non_blocking = true"};
   }
   if (o.pinned_budget_mb < 0) {
     return {"pipeline.pinned_budget_mb", "pipeline.pinned_budget_mb must be >= 0 (0 means 30% of RAM)"};
@@ -71,20 +74,7 @@ OptionsProblem check_options(const PipelineOptions& o, bool device_is_cuda) {
   return {};
 }
 
-const char* to_string(Prefetch p) { return p == Prefetch::kDualStream ? "dual_stream" : "none"; }
 const char* to_string(TransferDtype d) { return d == TransferDtype::kUint8 ? "uint8" : "float32"; }
-
-std::optional<Prefetch> parse_prefetch(const std::string& s) {
-  if (s == "none") return Prefetch::kNone;
-  if (s == "dual_stream") return Prefetch::kDualStream;
-  return std::nullopt;
-}
-
-std::optional<TransferDtype> parse_transfer_dtype(const std::string& s) {
-  if (s == "float32") return TransferDtype::kFloat32;
-  if (s == "uint8") return TransferDtype::kUint8;
-  return std::nullopt;
-}
 
 int64_t default_pinned_budget_mb() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

@@ -31,7 +31,7 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
   samples_per_s (training steps after the first min(10, steps / 4), synchronised), epoch_s, steps.
 
 Keys of the config that concern pinfeed's own machinery (pipeline.*, dist.*, run.*, data.crop_decode,
-data.decoder, data.gpu_decode_share: the reference always decodes with PIL in its workers, model.fused_bn, model.bn_graph,
+data.decoder, data.nvjpeg_share: the reference always decodes with PIL in its workers, model.fused_bn, model.bn_graph,
 model.max_pool, model.pad_input and model.fold_grad_add: the same arithmetic through other kernels, ...) are accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
 DataLoader workers: data.workers, or as pinfeed when 0 (cores - 3, cores - 1 on 4 cores or fewer); --workers
 overrides it.
@@ -54,7 +54,7 @@ except ImportError:  # Python < 3.11
 DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_resize_ratio": 0.875,
              "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
-             "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "gpu_decode_share": 1.0},
+             "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "nvjpeg_share": 1.0},
     "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
               "pad_input": "auto", "fold_grad_add": "auto"},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9,
@@ -63,7 +63,7 @@ DEFAULTS = {
               "loss_scale_growth_interval": 2000, "channels_last": False,
               "cudnn_benchmark": True, "cuda_graph": False, "seed": 0, "device": "auto",
               "max_steps_per_epoch": 0, "eval": True, "init_from": ""},
-    "pipeline": {"mode": "", "pin_memory": False, "non_blocking": False, "prefetch": "none",
+    "pipeline": {"mode": "", "pin_memory": False, "non_blocking": False, "dual_stream": False,
                  "transfer_dtype": "float32", "pinned_budget_mb": 0, "max_steps_ahead": 2, "warmup_steps": 10},
     "dist": {"backend": "auto", "bucket_mb": 25.0, "overlap": True, "timeout_s": 300},
     "run": {"name": "run", "dir": "runs", "log_steps": False, "trace_steps": "", "checkpoint_every": 1,

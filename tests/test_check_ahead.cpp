@@ -456,7 +456,7 @@ TEST(LoaderCheckAhead, WithTheWalkDoneTheWorkersCheckOnlyBadFiles) {
       o.shuffle = shuffle;
       // Only the two epochs counted below load: a third prefetched behind them would load (and check) bad files
       // no batch here returns.
-      o.prefetch_next_epoch = false;
+      o.continue_into_next_epoch = false;
       test::EncodedArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
       Loader loader(ds, o, &arena);
       ASSERT_NE(loader.check_ahead(), nullptr);

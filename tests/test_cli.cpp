@@ -152,6 +152,19 @@ TEST_F(Cli, HelpOfEveryCommandShowsTheDefaults) {
   EXPECT_NE(train.output.find("--resume"), std::string::npos) << train.output;
 }
 
+// The README's key table is the key table's: made by `pinfeed help config --markdown`, between two markers.
+TEST_F(Cli, ReadmeKeyTableIsTheOneHelpConfigPrints) {
+  const Outcome table = pinfeed({"help", "config", "--markdown"});
+  ASSERT_EQ(table.code, 0) << table.output;
+  std::ifstream in(std::string(PINFEED_SOURCE_DIR) + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string begin = "<!-- config-keys:begin -->\n", end = "<!-- config-keys:end -->";
+  const size_t a = readme.find(begin), b = readme.find(end);
+  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b) << "README.md lacks the key table's markers";
+  EXPECT_EQ(readme.substr(a + begin.size(), b - a - begin.size()), table.output)
+      << "README.md's key table differs: regenerate it with scripts/readme_keys.sh";
+}
+
 TEST_F(Cli, UnknownCommandOrHelpTopicExitsTwoNamingTheNearestOne) {
   const Outcome command = pinfeed({"trian", "-c", config_});
   EXPECT_EQ(command.code, 2) << command.output;

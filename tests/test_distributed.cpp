@@ -162,10 +162,10 @@ int rank_eval() {
                                             "batch_size = 5\nprecision = \"fp32\"\n",
                                             "eval.toml", {"data.root=\"" + env_or("PINFEED_TEST_DATA", "") + "\""});
   const Plan plan = resolve_plan(config, env);
-  Distributed dist(env, plan.device, plan.dist_backend, std::chrono::seconds(20));
-  auto val = std::make_shared<data::Dataset>(data::scan_image_folder(plan.data_root, "val"), plan.transform, false,
-                                             plan.on_bad_image);
-  StepRunner runner(step_options(plan), 3, &dist);
+  Distributed dist(env, plan.device, name_of(plan.backend), std::chrono::seconds(20));
+  auto val = std::make_shared<data::Dataset>(data::scan_image_folder(plan.dataset.root, "val"), plan.transform, false,
+                                             plan.dataset.on_bad_image);
+  StepRunner runner(plan.step, 3, &dist);
   pipeline::Feeder feed(val, plan.val_loader, plan.pipeline, plan.feeder);
   const EvalResult r = evaluate(runner, feed, &dist);
   std::ofstream(env_or("PINFEED_TEST_OUT", ".") + "/eval" + std::to_string(env.rank) + ".txt")

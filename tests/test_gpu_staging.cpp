@@ -97,14 +97,14 @@ TEST(GpuStaging, EverySampleGetsTheCpuPathsCropAndBadFilesTheCpuPathsReplacement
   }
 }
 
-// data.gpu_decode_share: the samples the GPU does not take are decoded by the worker, pixel for pixel the CPU
+// data.nvjpeg_share: the samples the GPU does not take are decoded by the worker, pixel for pixel the CPU
 // path's; which ones is fixed by index, the same every epoch.
 TEST(GpuStaging, AShareBelowOneLeavesAFixedPartOfTheSamplesToTheWorkers) {
   std::vector<test::NamedFile> files;
   for (int i = 0; i < 64; ++i) files.push_back({"f" + std::to_string(i), test::encode(test::smooth_image(80, 60, i), ".jpg")});
   const ImageFolder folder = test::write_folder("gpu_staging_share", files);
   TransformOptions o = uint8_options(32, true);
-  o.gpu_share = 0.5;
+  o.nvjpeg_share = 0.5;
   const Dataset gpu(folder, o, true, BadImagePolicy::kSkip);
   const Dataset cpu(folder, uint8_options(32, false), true, BadImagePolicy::kSkip);
   std::vector<uint8_t> cpu_pixels(cpu.image_bytes());

@@ -47,8 +47,8 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const auto [images, labels] = random_batches(3);
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
-    StepRunner eager(step_options(resolve_plan(config(false, precision))), 10),
-        graphed(step_options(resolve_plan(config(true, precision))), 10);
+    StepRunner eager(resolve_plan(config(false, precision)).step, 10),
+        graphed(resolve_plan(config(true, precision)).step, 10);
     for (int i = 0; i < 6; ++i) {
       const double a = eager.train_step(images[i], labels[i], 0.05).item<double>();
       const double b = graphed.train_step(images[i], labels[i], 0.05).item<double>();
@@ -74,8 +74,8 @@ TEST(GpuTrain, CudaGraphIsCapturedWhileTheCopierDecodesWithNvjpeg) {
   const Plan graph_plan = resolve_plan(make_config(true));
   ASSERT_TRUE(graph_plan.transform.gpu_decode && graph_plan.cuda_graph);
   const Datasets sets = open_datasets(graph_plan, false);
-  StepRunner eager(step_options(resolve_plan(make_config(false))), sets.num_classes);
-  StepRunner graphed(step_options(graph_plan), sets.num_classes);
+  StepRunner eager(resolve_plan(make_config(false)).step, sets.num_classes);
+  StepRunner graphed(graph_plan.step, sets.num_classes);
   pipeline::Feeder feeder(sets.train, graph_plan.train_loader, graph_plan.pipeline, graph_plan.feeder);
   int steps = 0;
   for (int64_t epoch = 0; epoch < 2; ++epoch) {  // the second epoch's first batches decoded during the first's
@@ -148,12 +148,12 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     const Plan plan = resolve_plan(config(true, precision));
     std::vector<at::Tensor> whole_losses, split_losses;
-    StepRunner whole(step_options(plan), 10);
+    StepRunner whole(plan.step, 10);
     for (int i = 0; i < 6; ++i) whole_losses.push_back(whole.train_step(images[i], labels[i], 0.05).clone());
-    StepRunner first(step_options(plan), 10);
+    StepRunner first(plan.step, 10);
     for (int i = 0; i < 3; ++i) split_losses.push_back(first.train_step(images[i], labels[i], 0.05).clone());
-    const Checkpoint ck = make_checkpoint(first, plan.config, 0, 3, 3, RunShape{1, 16, 96, 6});
-    StepRunner resumed(step_options(plan), 10);
+    const Checkpoint ck = make_checkpoint(first, plan, 0, 3, 3, RunShape{1, 16, 96, 6});
+    StepRunner resumed(plan.step, 10);
     restore_checkpoint(resumed, ck);
     for (int i = 3; i < 6; ++i) split_losses.push_back(resumed.train_step(images[i], labels[i], 0.05).clone());
     ASSERT_TRUE(whole.graphed() && resumed.graphed());
@@ -162,8 +162,8 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
           << precision << " loss of step " << i << ": " << whole_losses[i].item<double>() << " vs "
           << split_losses[i].item<double>();
     }
-    const Checkpoint a = make_checkpoint(whole, plan.config, 0, 6, 6, RunShape{1, 16, 96, 6});
-    const Checkpoint b = make_checkpoint(resumed, plan.config, 0, 6, 6, RunShape{1, 16, 96, 6});
+    const Checkpoint a = make_checkpoint(whole, plan, 0, 6, 6, RunShape{1, 16, 96, 6});
+    const Checkpoint b = make_checkpoint(resumed, plan, 0, 6, 6, RunShape{1, 16, 96, 6});
     auto expect_equal = [&](const std::map<std::string, at::Tensor>& x, const std::map<std::string, at::Tensor>& y,
                             const char* what) {
       ASSERT_EQ(x.size(), y.size()) << what;
@@ -209,7 +209,7 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
     ASSERT_EQ(fused_plan.bn_graph, bn_graph) << pinfeed::model::to_string(fused_plan.bn_graph);
     ASSERT_FALSE(unfused_plan.fused_bn);
     // same seed: same initial weights
-    StepRunner fused(step_options(fused_plan), 10), unfused(step_options(unfused_plan), 10);
+    StepRunner fused(fused_plan.step, 10), unfused(unfused_plan.step, 10);
     auto statistics = [](StepRunner& r) {
       std::map<std::string, at::Tensor> out;
       for (const auto& item : r.model()->named_buffers()) out[item.key()] = item.value().detach().clone();
@@ -262,7 +262,7 @@ TEST(GpuTrain, Fp16OverflowSkipsTheStepAndHalvesTheLossScale) {
   const auto [images, labels] = random_batches(9);
   for (const bool graph : {false, true}) {
     SCOPED_TRACE(graph ? "graphed" : "eager");
-    StepRunner runner(step_options(resolve_plan(config(graph, "fp16", "loss_scale_init = 1e30\n"))), 10);
+    StepRunner runner(resolve_plan(config(graph, "fp16", "loss_scale_init = 1e30\n")).step, 10);
     ASSERT_NE(runner.loss_scaler(), nullptr);
     const at::Tensor w0 = runner.model()->fc->weight.detach().clone();
     runner.train_step(images[0], labels[0], 0.05);

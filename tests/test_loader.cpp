@@ -159,7 +159,7 @@ TEST(Loader, OpensTheNextEpochsFirstBatchesOnceTheEpochIsUnderWayAndKeepsThem) {
   EXPECT_EQ(drain(1), epoch_batches(ds, o, 1)) << "the batches opened early are epoch 1's, in order";
   EXPECT_EQ(arena.acquired(), 10 + o.prefetch_batches) << "kept, not decoded again";
   EXPECT_EQ(drain(4), epoch_batches(ds, o, 4)) << "another epoch than the next: the early batches are dropped";
-  o.prefetch_next_epoch = false;
+  o.continue_into_next_epoch = false;
   VectorArena plain(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader off(ds, o, &plain);
   off.start_epoch(0);

@@ -16,12 +16,12 @@ namespace pinfeed::pipeline {
 namespace {
 
 TEST(Modes, PresetsSetTheThreeFlags) {
-  struct Expect { const char* name; bool pin, nb; Prefetch pf; };
-  const Expect expect[] = {{"pageable", false, false, Prefetch::kNone},
-                           {"pinned", true, false, Prefetch::kNone},
-                           {"non_blocking", false, true, Prefetch::kNone},
-                           {"pinned_non_blocking", true, true, Prefetch::kNone},
-                           {"dual_stream", true, true, Prefetch::kDualStream}};
+  struct Expect { const char* name; bool pin, nb, dual; };
+  const Expect expect[] = {{"pageable", false, false, false},
+                           {"pinned", true, false, false},
+                           {"non_blocking", false, true, false},
+                           {"pinned_non_blocking", true, true, false},
+                           {"dual_stream", true, true, true}};
   ASSERT_EQ(mode_presets().size(), 5u);
   for (const auto& e : expect) {
     const ModePreset* p = find_preset(e.name);
@@ -30,7 +30,8 @@ TEST(Modes, PresetsSetTheThreeFlags) {
     apply_preset(*p, o);
     EXPECT_EQ(o.pin_memory, e.pin) << e.name;
     EXPECT_EQ(o.non_blocking, e.nb) << e.name;
-    EXPECT_EQ(o.prefetch, e.pf) << e.name;
+    EXPECT_EQ(o.dual_stream, e.dual) << e.name;
+    EXPECT_EQ(o.mode, p->mode) << e.name;
     EXPECT_EQ(mode_name(o), e.name);
     EXPECT_FALSE(check_options(o, /*device_is_cuda=*/true)) << e.name;
   }
@@ -50,16 +51,16 @@ TEST(Modes, CpuAcceptsOnlyPageable) {
 
 TEST(Modes, ImpossibleCombinationsNameTheFlag) {
   PipelineOptions o;
-  o.prefetch = Prefetch::kDualStream;
+  o.dual_stream = true;
   o.non_blocking = true;
   EXPECT_NE(check_options(o, true).message.find("needs pipeline.pin_memory = true"), std::string::npos);
-  EXPECT_EQ(check_options(o, true).key, "pipeline.prefetch");
+  EXPECT_EQ(check_options(o, true).key, "pipeline.dual_stream");
   o.pin_memory = true;
   o.non_blocking = false;
   EXPECT_NE(check_options(o, true).message.find("needs pipeline.non_blocking = true"), std::string::npos);
   PipelineOptions custom;
   custom.pin_memory = true;
-  custom.prefetch = Prefetch::kNone;
+  custom.dual_stream = false;
   custom.non_blocking = false;
   EXPECT_EQ(mode_name(custom), "pinned");
 }

@@ -36,21 +36,20 @@ TEST(Plan, TheGpuDecoderNeedsCudaAndAutoFallsBackToTheCpu) {
   EXPECT_FALSE(automatic.transform.gpu_decode);
   EXPECT_EQ(automatic.transform.format, data::PixelFormat::kFloat32Chw);  // pipeline.transfer_dtype as given
   EXPECT_FALSE(resolve_plan(cpu_config()).transform.gpu_decode);
-  EXPECT_EQ(resolve_plan(cpu_config()).transform.gpu_share, 1.0);
-  EXPECT_EQ(resolve_plan(cpu_config({"data.gpu_decode_share=0.25"})).transform.gpu_share, 0.25);
+  EXPECT_EQ(resolve_plan(cpu_config()).transform.nvjpeg_share, 1.0);
+  EXPECT_EQ(resolve_plan(cpu_config({"data.nvjpeg_share=0.25"})).transform.nvjpeg_share, 0.25);
 }
 
 TEST(Plan, Fp16NeedsCudaAndCarriesTheLossScaleOptions) {
   const auto e = plan_error(cpu_config({"train.precision=\"fp16\""}));
   EXPECT_NE(e.find("train.precision = \"fp16\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
   const Plan fp32 = resolve_plan(cpu_config({"train.precision=\"fp32\""}));
-  EXPECT_FALSE(fp32.autocast.has_value());
-  EXPECT_FALSE(fp32.loss_scaling.has_value());
+  EXPECT_FALSE(autocast_dtype(fp32.step.precision).has_value());
 }
 
 TEST(Plan, PinfeedsMaxPoolIsTakenWhereItCanRunAndRefusedElsewhereIfAskedFor) {
-  EXPECT_FALSE(resolve_plan(cpu_config()).stem_max_pool);  // auto, on the CPU: ATen's
-  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).stem_max_pool);
+  EXPECT_FALSE(resolve_plan(cpu_config()).step.net.stem_max_pool);  // auto, on the CPU: ATen's
+  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).step.net.stem_max_pool);
   const auto e = plan_error(cpu_config({"model.max_pool=\"pinfeed\""}));
   EXPECT_NE(e.find("model.max_pool = \"pinfeed\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
   EXPECT_NE(e.find("set \"auto\""), std::string::npos) << e;
@@ -58,8 +57,8 @@ TEST(Plan, PinfeedsMaxPoolIsTakenWhereItCanRunAndRefusedElsewhereIfAskedFor) {
 
 TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {
   // auto: off on the CPU, silently; on: refused, naming the key and what is missing.
-  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).fused_bn);
-  EXPECT_FALSE(resolve_plan(cpu_config({"model.fused_bn=\"off\""})).fused_bn);
+  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).step.net.fused_bn);
+  EXPECT_FALSE(resolve_plan(cpu_config({"model.fused_bn=\"off\""})).step.net.fused_bn);
   const auto e = plan_error(cpu_config({"model.fused_bn=\"on\""}));
   EXPECT_NE(e.find("model.fused_bn = \"on\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
   EXPECT_NE(e.find("set \"auto\""), std::string::npos) << e;
@@ -69,7 +68,7 @@ TEST(Plan, FusedBatchNormIsOffWhereItCannotRunUnlessAskedFor) {
 
 TEST(Plan, GraphBatchNormFollowsTheFusedBatchNormUnlessAskedFor) {
   // auto: nothing without the fused BatchNorm; all: refused, naming the key and what is missing.
-  EXPECT_EQ(resolve_plan(cpu_config({"train.channels_last=true"})).bn_graph, model::GraphBatchNorm::kNone);
+  EXPECT_EQ(resolve_plan(cpu_config({"train.channels_last=true"})).step.net.bn_graph, model::GraphBatchNorm::kNone);
   const auto e = plan_error(cpu_config({"model.bn_graph=\"all\""}));
   EXPECT_NE(e.find("model.bn_graph = \"all\" needs the fused BatchNorm"), std::string::npos) << e;
   EXPECT_NE(e.find("set \"auto\" or \"off\""), std::string::npos) << e;
@@ -82,8 +81,8 @@ TEST(Plan, GraphBatchNormFollowsTheFusedBatchNormUnlessAskedFor) {
 }
 
 TEST(Plan, FoldedGradientSumsFollowTheFusedBatchNormUnlessAskedFor) {
-  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).fold_grad_add);  // auto: with the fused BN
-  EXPECT_TRUE(resolve_plan(cpu_config({"train.channels_last=true", "model.fold_grad_add=\"on\""})).fold_grad_add);
+  EXPECT_FALSE(resolve_plan(cpu_config({"train.channels_last=true"})).step.net.fold_grad_add);  // auto: with the fused BN
+  EXPECT_TRUE(resolve_plan(cpu_config({"train.channels_last=true", "model.fold_grad_add=\"on\""})).step.net.fold_grad_add);
   const auto e = plan_error(cpu_config({"model.fold_grad_add=\"on\""}));
   EXPECT_NE(e.find("model.fold_grad_add = \"on\" needs train.channels_last = true"), std::string::npos) << e;
 }

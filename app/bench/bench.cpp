@@ -46,7 +46,7 @@ enum class RowKind {
 struct Row {
   std::string name;
   RowKind kind = RowKind::kFeeder;
-  bool gpu_feed = false;  // kLoaderOnly with the GPU decoder: the Feeder decoding every batch, no model step
+  bool gpu_decode = false;  // kLoaderOnly with the GPU decoder: the Feeder decoding every batch, no model step
   Plan plan;  // the run's plan in this row's mode (pageable for the framing rows), checked for the device
 };
 
@@ -64,9 +64,9 @@ std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
                                                                                        : RowKind::kFeeder;
     // The framing rows in mode pageable, except the feed ceiling of the GPU decoder: dual_stream's copier decoding
     // every batch on its copy stream, nothing stepping on them.
-    row.gpu_feed = row.kind == RowKind::kLoaderOnly && plan.transform.gpu_decode;
+    row.gpu_decode = row.kind == RowKind::kLoaderOnly && plan.transform.gpu_decode;
     const pipeline::ModePreset* preset =
-        pipeline::find_preset(row.kind == RowKind::kFeeder ? name : row.gpu_feed ? "dual_stream" : "pageable");
+        pipeline::find_preset(row.kind == RowKind::kFeeder ? name : row.gpu_decode ? "dual_stream" : "pageable");
     if (!preset) {
       std::vector<std::string> known = {kGpuResidentRow, kLoaderOnlyRow};
       for (const auto& p : pipeline::mode_presets()) known.push_back(p.name);
@@ -102,7 +102,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   StepLoopOptions loop;
   loop.end_step = a.warmup + a.steps;
   loop.warmup_steps = a.warmup;
-  loop.max_steps_ahead = row.plan.max_steps_ahead;
+  loop.max_steps_ahead = row.plan.loop.max_steps_ahead;
   loop.wrap = true;
   loop.stop = &stop;
   loop.dist = &dist;
@@ -115,7 +115,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
 
   data::LoaderOptions loader = row.plan.train_loader;
   loader.stop_requested = stop_after_grace(stop);
-  if (row.kind == RowKind::kLoaderOnly && !row.gpu_feed) {
+  if (row.kind == RowKind::kLoaderOnly && !row.gpu_decode) {
     LoaderOnly source(sets.train, loader);
     *workers = source.workers();  // a bench of loader_only alone reports its threads too
     pipeline::StepMeter wall_clock(std::nullopt);
@@ -132,10 +132,10 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
     return sample_of(run_steps(resident, meter, loop, train_step).timing, kGpuResidentRow);
   }
   const auto no_step = [](const pipeline::DeviceBatch&, int64_t) {};
-  const StepLoopResult r = row.gpu_feed ? run_steps(feeder, meter, loop, no_step) : run_steps(feeder, meter, loop, train_step);
+  const StepLoopResult r = row.gpu_decode ? run_steps(feeder, meter, loop, no_step) : run_steps(feeder, meter, loop, train_step);
   feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
   if (const auto d = feeder.decode_stats()) log::info("  nvJPEG: " + gpu::describe(*d));
-  return sample_of(r.timing, row.gpu_feed ? kLoaderOnlyRow : feeder.mode());
+  return sample_of(r.timing, row.gpu_decode ? kLoaderOnlyRow : feeder.mode());
 }
 
 // Several ranks run the same row at once (the gradient all-reduce in every step); rank 0 collects their rates.
@@ -154,16 +154,16 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
   json m = {{"date", date}, {"implementation", "pinfeed"}, {"libtorch", TORCH_VERSION},
             {"device", plan.device.str()}, {"cpu_cores", std::thread::hardware_concurrency()}, {"workers", workers},
-            {"dataset", plan.data_root}, {"train_images", sets.train->size()},
+            {"dataset", plan.dataset.root}, {"train_images", sets.train->size()},
             {"image_size", plan.transform.size}, {"batch_size", plan.train_loader.batch_size},
-            {"precision", precision_name(plan.precision)}, {"channels_last", plan.channels_last},
+            {"precision", name_of(plan.step.precision)}, {"channels_last", plan.step.channels_last},
             {"transfer_dtype", pipeline::to_string(plan.pipeline.transfer_dtype)},
             {"prefetch_batches", plan.train_loader.prefetch_batches}, {"crop_decode", plan.transform.crop_decode},
-            {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"}, {"gpu_decode_share", plan.transform.gpu_share},
-            {"max_steps_ahead", plan.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
-            {"repeats", a.repeats}, {"trace_steps", a.trace_steps}, {"cuda_graph", plan.cuda_graph},
-            {"fused_bn", plan.fused_bn}, {"stem_max_pool", plan.stem_max_pool},
-            {"fold_grad_add", plan.fold_grad_add}, {"bn_graph", model::to_string(plan.bn_graph)}};
+            {"decoder", plan.transform.gpu_decode ? "nvjpeg" : "cpu"}, {"nvjpeg_share", plan.transform.nvjpeg_share},
+            {"max_steps_ahead", plan.loop.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
+            {"repeats", a.repeats}, {"trace_steps", a.trace_steps}, {"cuda_graph", plan.step.cuda_graph},
+            {"fused_bn", plan.step.net.fused_bn}, {"stem_max_pool", plan.step.net.stem_max_pool},
+            {"fold_grad_add", plan.step.net.fold_grad_add}, {"bn_graph", model::to_string(plan.step.net.bn_graph)}};
   if (plan.device.is_cuda()) {
     const auto info = gpu::device_info(plan.device.index());
     m["gpu"] = info.name;
@@ -244,7 +244,7 @@ int run_bench(const BenchArgs& a, const StopRequest& stop) {
   const std::optional<StepRange> trace_steps = trace_steps_of(a);  // checked before the config is read
   const Plan plan = start(a.start);
   const std::vector<Row> rows = plan_rows(plan, a.modes);
-  Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
+  Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] { return bench_rows(plan, rows, dist, stop, a, trace_steps); });
 }
 
@@ -252,7 +252,7 @@ namespace {
 int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const StopRequest& stop,
                const BenchArgs& a, const std::optional<StepRange>& trace_steps) {
   const json references = dist.is_main() ? read_references(a.reference) : json::array();  // rank 0 writes the table
-  dist.agree("config", to_toml(plan.config), "config");
+  dist.agree("config", to_toml(plan), "config");
   configure_backend(plan);
   const Datasets sets = open_datasets(plan, /*with_val=*/false);
   if (plan.transform.gpu_decode) {
@@ -262,7 +262,7 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
     sets.train->check_gpu_files(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     log::info("checked the JPEGs the GPU decodes once, on the CPU: " + fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1) + " s");
   }
-  StepRunner runner(step_options(plan), sets.num_classes, &dist);
+  StepRunner runner(plan.step, sets.num_classes, &dist);
   std::string out_dir;
   if (dist.is_main()) {
     out_dir = a.out.empty() ? make_run_dir(plan.run.dir, "bench") : a.out;
@@ -299,8 +299,8 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   json doc;
   doc["meta"] = bench_meta(plan, sets, workers, a);
   doc["meta"]["world_size"] = dist.world();
-  doc["meta"]["bucket_mb"] = plan.bucket_mb;
-  doc["meta"]["overlap"] = plan.overlap;
+  doc["meta"]["bucket_mb"] = plan.step.bucket_mb;
+  doc["meta"]["overlap"] = plan.step.overlap;
   doc["rows"] = json::array();
   for (const Row& row : rows) doc["rows"].push_back(summarise_row(row.name, results[row.name]));
   json table_rows = doc["rows"];
@@ -316,7 +316,7 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   write_file_atomic((fs::path(out_dir) / "table.md").string(), table);
   write_file_atomic((fs::path(out_dir) / "bench.csv").string(), render_csv(table_rows));
   log::info("bench on " + plan.device.str() + ": " + count_of(workers, "worker") + ", batch " +
-            std::to_string(plan.train_loader.batch_size) + ", " + precision_name(plan.precision) + ", " +
+            std::to_string(plan.train_loader.batch_size) + ", " + name_of(plan.step.precision) + ", " +
             count_of(a.repeats, "repeat") + " of " + count_of(a.steps, "timed step") +
             (dist.active() ? ", " + count_of(dist.world(), "rank") : ""));
   std::printf("%s\nwritten to %s\n", table.c_str(), out_dir.c_str());

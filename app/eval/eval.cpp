@@ -47,7 +47,7 @@ void add_eval_options(CLI::App& cmd, EvalArgs& a) {
 
 int run_eval(const EvalArgs& a, const StopRequest& stop) {
   const Plan plan = start(a.start);
-  Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
+  Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] {
     configure_backend(plan);
     // Rank 0 reads the file; the others get the class count and names here and the weights by broadcast.
@@ -60,20 +60,20 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
     const int64_t num_classes = shared.at("num_classes").get<int64_t>();
     const auto classes = shared.at("classes").get<std::vector<std::string>>();
 
-    const std::string split = a.split == "train" ? plan.train_split : plan.val_split;
+    const std::string split = a.split == "train" ? plan.dataset.train_split : plan.dataset.val_split;
     // Labels follow the checkpoint's class names when it has them; else the split's own folders, sorted (as
     // torchvision's ImageFolder on that split).
-    data::ImageFolder folder = data::scan_image_folder(plan.data_root, split, classes.empty() ? nullptr : &classes);
+    data::ImageFolder folder = data::scan_image_folder(plan.dataset.root, split, classes.empty() ? nullptr : &classes);
     if (static_cast<int64_t>(folder.classes.size()) > num_classes) {
       throw ConfigError(folder.root + " has " + std::to_string(folder.classes.size()) + " class folders but " +
                         a.checkpoint + " classifies " + std::to_string(num_classes) + ": not weights for this data");
     }
     const std::string root = folder.root;
-    auto set = std::make_shared<data::Dataset>(std::move(folder), plan.transform, /*train=*/false, plan.on_bad_image);
+    auto set = std::make_shared<data::Dataset>(std::move(folder), plan.transform, /*train=*/false, plan.dataset.on_bad_image);
     data::LoaderOptions loader = plan.val_loader;
     loader.stop_requested = stop_after_grace(stop);
     pipeline::Feeder feed(set, loader, plan.pipeline, plan.feeder);
-    StepRunner runner(step_options(plan), num_classes, &dist);
+    StepRunner runner(plan.step, num_classes, &dist);
     if (weights) copy_weights(runner.model(), weights->model, a.checkpoint);
     runner.broadcast_state();
 

@@ -97,20 +97,16 @@ int run_predict(const PredictArgs& a) {
     c = load_config(a.config);
   } else if (!w.config.empty()) {
     try {  // the transform the model was validated with
-      c.data = parse_config_string(w.config, a.checkpoint + " (its recorded config)").data;
+      c.transform = parse_config_string(w.config, a.checkpoint + " (its recorded config)").transform;
     } catch (const ConfigError& e) {
       log::warn(std::string(e.what()) + "; using the default transform (data.image_size = 224)");
     }
   }
   const c10::Device device = predict_device(!a.device.empty() ? a.device : a.config.empty() ? "auto" : c.train.device,
                                             !a.device.empty() ? "--device" : location_of(c, "train.device"));
-  data::TransformOptions t;
-  t.size = static_cast<int>(c.data.image_size);
-  t.val_resize_ratio = c.data.val_resize_ratio;
-  t.crop_decode = c.data.crop_decode;
-  t.max_image_pixels = c.data.max_image_pixels;
-  t.max_file_bytes = c.data.max_file_mb << 20;
+  data::TransformOptions t = c.transform;  // the validation transform, decoded on the CPU
   t.format = data::PixelFormat::kFloat32Chw;
+  t.gpu_decode = false;
 
   model::ResNet net = model::resnet50({num_classes, false, false, false});
   copy_weights(net, w.model, a.checkpoint);

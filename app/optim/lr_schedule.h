@@ -5,13 +5,16 @@
 
 namespace pinfeed::app {
 
-// The schedule a run follows, resolved from train.* by resolve_plan (Plan::schedule): lr and min_lr as the run
-// uses them, train.lr_reference_batch's scaling applied.
+// The schedule a run follows (train.*). lr and min_lr are per reference_batch samples when it is set: the run
+// uses them times batch_scale (global batch / reference_batch, set by resolve_plan; Goyal et al. 2017).
 struct LrSchedule {
-  double lr = 0.1;           // peak, reached at the end of the warm-up
-  double min_lr = 0;         // at the end of the last epoch
-  double warmup_epochs = 0;  // may be fractional
+  double lr = 0.1;              // peak, reached at the end of the warm-up
+  double min_lr = 0;            // at the end of the last epoch
+  double warmup_epochs = 0;     // may be fractional
   int64_t epochs = 90;
+  int64_t reference_batch = 0;  // 0: lr and min_lr as given
+  double batch_scale = 1;
+  double peak_lr() const { return lr * batch_scale; }
 };
 
 double learning_rate(const LrSchedule& schedule, int64_t step, int64_t steps_per_epoch);

@@ -14,7 +14,7 @@ namespace pinfeed::app {
 struct SgdOptions {
   double momentum = 0.9;
   bool nesterov = false;
-  double weight_decay = 0;
+  double weight_decay = 1e-4;
 };
 
 class Sgd {

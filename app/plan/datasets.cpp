@@ -6,18 +6,18 @@ namespace pinfeed::app {
 
 Datasets open_datasets(const Plan& plan, bool with_val) {
   Datasets d;
-  auto train_folder = data::scan_image_folder(plan.data_root, plan.train_split);
+  auto train_folder = data::scan_image_folder(plan.dataset.root, plan.dataset.train_split);
   const auto found = static_cast<int64_t>(train_folder.classes.size());
-  d.num_classes = plan.num_classes > 0 ? plan.num_classes : found;
+  d.num_classes = plan.model.num_classes > 0 ? plan.model.num_classes : found;
   if (d.num_classes < found) {
-    throw ConfigError(location_of(plan.config, "model.num_classes") + ": model.num_classes = " + std::to_string(d.num_classes) +
-                      " but " + plan.data_root + " has " + std::to_string(found) + " classes");
+    throw ConfigError(location_of(plan, "model.num_classes") + ": model.num_classes = " + std::to_string(d.num_classes) +
+                      " but " + plan.dataset.root + " has " + std::to_string(found) + " classes");
   }
   if (with_val) {
-    auto val_folder = data::scan_image_folder(plan.data_root, plan.val_split, &train_folder.classes);
-    d.val = std::make_shared<data::Dataset>(std::move(val_folder), plan.transform, false, plan.on_bad_image);
+    auto val_folder = data::scan_image_folder(plan.dataset.root, plan.dataset.val_split, &train_folder.classes);
+    d.val = std::make_shared<data::Dataset>(std::move(val_folder), plan.transform, false, plan.dataset.on_bad_image);
   }
-  d.train = std::make_shared<data::Dataset>(std::move(train_folder), plan.transform, true, plan.on_bad_image);
+  d.train = std::make_shared<data::Dataset>(std::move(train_folder), plan.transform, true, plan.dataset.on_bad_image);
   return d;
 }
 

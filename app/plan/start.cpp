@@ -22,8 +22,8 @@ std::vector<std::string> overrides_of(const StartArgs& a) {
 }  // namespace
 
 void add_decoder_option(CLI::App& command, std::string& decoder) {
-  command.add_option("--decoder", decoder, "cpu | nvjpeg | auto (same as data.decoder=...)")
-      ->check(CLI::IsMember(kDecoders));
+  // Checked as the key is (with its "did you mean"), not here.
+  command.add_option("--decoder", decoder, "cpu | nvjpeg | auto (same as data.decoder=...)");
 }
 
 Plan start(const StartArgs& args) {
@@ -36,13 +36,9 @@ Plan start(const StartArgs& args) {
 }
 
 void set_cuda_environment(const Config& c) {
-  // nvJPEG's batched hardware decode issues its work on ~28 streams of its own. CUDA maps streams onto
-  // CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), so some of them shared a queue with the compute
-  // stream and each of their per-image steps waited behind the kernels queued there: with a CUDA graph the
-  // decode fell behind the step (83% of gpu_resident on the H200 machine, 92% with 32 queues; eager steps
-  // unchanged). CUDA reads it once, when it initialises (a value set after the first device query was ignored
-  // there), so before resolve_plan asks for devices; a value already set is kept.
-  if (c.data.decoder != "cpu" && c.train.device != "cpu") ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  // nvJPEG's streams must not share a hardware queue with the compute stream (docs/gpu-decode.md). CUDA reads
+  // this once, as it initialises: before resolve_plan asks for devices; a value already set is kept.
+  if (may_decode_on_gpu(c)) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
 }
 
 void use_plan_device(const Plan& plan) {

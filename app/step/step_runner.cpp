@@ -38,34 +38,19 @@ std::vector<std::string> no_decay_names(const model::ResNet& m) {
 
 }  // namespace
 
-StepOptions step_options(const Plan& plan) {
-  StepOptions o;
-  o.device = plan.device;
-  o.compute_stream = plan.compute_stream;
-  o.autocast = plan.autocast;
-  o.loss_scaling = plan.loss_scaling;
-  o.channels_last = plan.channels_last;
-  o.cuda_graph = plan.cuda_graph;
-  o.zero_init_residual = plan.zero_init_residual;
-  o.fused_bn = plan.fused_bn;
-  o.stem_max_pool = plan.stem_max_pool;
-  o.fold_grad_add = plan.fold_grad_add;
-  o.bn_graph = plan.bn_graph;
-  o.seed = plan.train_loader.seed;  // train.seed: the loaders' shuffles and the model's initial weights
-  o.label_smoothing = plan.train.label_smoothing;
-  o.sgd = plan.sgd;
-  o.decay_bn_and_bias = plan.decay_bn_and_bias;
-  o.bucket_bytes = plan.bucket_bytes();
-  o.overlap = plan.overlap;
-  return o;
+std::optional<c10::ScalarType> autocast_dtype(Precision precision) {
+  if (precision == Precision::kBf16) return at::kBFloat16;
+  if (precision == Precision::kFp16) return at::kHalf;
+  return std::nullopt;
 }
 
 StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* dist)
     : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
-      autocast_(o.autocast), label_smoothing_(o.label_smoothing), graphed_(o.device.is_cuda() && o.cuda_graph) {
+      autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), graphed_(o.device.is_cuda() && o.cuda_graph) {
   at::manual_seed(o.seed);
-  model_ = model::resnet50(
-      {num_classes, o.zero_init_residual, o.fused_bn, o.stem_max_pool, o.fold_grad_add, o.bn_graph});
+  model::ResNetOptions net = o.net;
+  net.num_classes = num_classes;
+  model_ = model::resnet50(net);
   model_->to(device_);
   if (o.channels_last) {
     at::NoGradGuard no_grad;
@@ -75,10 +60,10 @@ StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* d
   }
   const auto no_decay = o.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
   optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, o.sgd);
-  if (o.loss_scaling) scaler_ = std::make_unique<LossScaler>(device_, *o.loss_scaling);
+  if (o.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(device_, o.loss_scaler);
   if (dist_) {
     broadcast_state();
-    grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), o.bucket_bytes, o.overlap);
+    grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), o.bucket_bytes(), o.overlap);
   }
 }
 

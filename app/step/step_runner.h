@@ -1,5 +1,5 @@
 // One training step (forward, backward, optimizer) and one evaluation step, in the precision and memory format
-// of its StepOptions (step_options: a plan's); with train.cuda_graph the whole training step is captured once and
+// of its StepOptions (a plan's `step`); with train.cuda_graph the whole training step is captured once and
 // replayed.
 #pragma once
 
@@ -15,32 +15,11 @@
 #include "app/dist/grad_sync.h"
 #include "app/optim/loss_scaler.h"
 #include "app/optim/sgd.h"
-#include "app/plan/plan.h"
+#include "app/step/step_options.h"
 #include "model/resnet.h"
 #include "pipeline/gpu.h"
 
 namespace pinfeed::app {
-
-// What a StepRunner builds and runs: the model, its optimizer and the step. step_options() takes them from a plan.
-struct StepOptions {
-  c10::Device device{c10::kCPU};
-  std::optional<c10::Stream> compute_stream;      // CUDA: the stream the model runs on
-  std::optional<at::ScalarType> autocast;         // bf16 or fp16 autocast of the forward pass; nullopt: none
-  std::optional<LossScalerOptions> loss_scaling;  // fp16: dynamic loss scaling; nullopt: none
-  bool channels_last = false;                     // the model's 4-D parameters in channels_last
-  bool cuda_graph = false;                        // capture the training step once and replay it (CUDA only)
-  // The model (model::ResNetOptions but for the classes, which the constructor takes).
-  bool zero_init_residual = true, fused_bn = false, stem_max_pool = false, fold_grad_add = false;
-  model::GraphBatchNorm bn_graph = model::GraphBatchNorm::kNone;
-  uint64_t seed = 0;           // the model's initial weights
-  double label_smoothing = 0;  // of the training loss
-  SgdOptions sgd;
-  bool decay_bn_and_bias = true;  // false: no weight decay on BN parameters and biases
-  // Several ranks: gradients all-reduced per bucket of this many bytes, during backward with overlap.
-  int64_t bucket_bytes = 25 << 20;
-  bool overlap = true;
-};
-StepOptions step_options(const Plan& plan);
 
 class StepRunner {
  public:

@@ -133,7 +133,7 @@ class Training {
   Training(const Plan& plan, Datasets sets, Distributed& dist, StopRequest& stop, int64_t stop_after_steps)
       : plan_(plan), dist_(dist), stop_(stop), sets_(std::move(sets)),
         train_feed_(sets_.train, with_stop(plan.train_loader, stop), plan.pipeline, plan.feeder),
-        runner_(step_options(plan), sets_.num_classes, &dist),
+        runner_(plan.step, sets_.num_classes, &dist),
         meter_(plan.compute_stream),
         losses_(plan.device, plan.compute_stream),
         step_losses_(plan.device, plan.compute_stream),
@@ -296,24 +296,24 @@ class Training {
               train_feed_.mode() + " (transfer " + pipeline::to_string(plan_.pipeline.transfer_dtype) + "), " +
               count_of(train_feed_.workers(), "worker") +
               (plan_.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch_) +
-              " steps/epoch, precision " + precision_name(plan_.precision) + (plan_.loss_scaling ? " (loss scaling)" : "") +
-              (plan_.fused_bn ? ", fused BatchNorm (cuDNN)" : "") +
-              (plan_.bn_graph == model::GraphBatchNorm::kSmall ? std::string(" (graph API at 14x14 and smaller)")
-               : plan_.bn_graph == model::GraphBatchNorm::kAll ? std::string(" (graph API)")
-               : plan_.bn_graph == model::GraphBatchNorm::kConv
+              " steps/epoch, precision " + name_of(plan_.step.precision) + (plan_.step.precision == Precision::kFp16 ? " (loss scaling)" : "") +
+              (plan_.step.net.fused_bn ? ", fused BatchNorm (cuDNN)" : "") +
+              (plan_.step.net.bn_graph == model::GraphBatchNorm::kSmall ? std::string(" (graph API at 14x14 and smaller)")
+               : plan_.step.net.bn_graph == model::GraphBatchNorm::kAll ? std::string(" (graph API)")
+               : plan_.step.net.bn_graph == model::GraphBatchNorm::kConv
                    ? std::string(" (graph API at 14x14 and smaller; each conv3 writes its BN's statistics)")
-                   : std::string()) + (plan_.stem_max_pool ? ", pinfeed's max pool" : "") +
-              (plan_.fold_grad_add ? ", gradient sums in GEMMs" : "") + (runner_.graphed() ? ", CUDA graph" : "") +
+                   : std::string()) + (plan_.step.net.stem_max_pool ? ", pinfeed's max pool" : "") +
+              (plan_.step.net.fold_grad_add ? ", gradient sums in GEMMs" : "") + (runner_.graphed() ? ", CUDA graph" : "") +
               (dist_.active() ? ", " + std::to_string(dist_.world()) + " ranks (global batch " +
                                     std::to_string(plan_.train_loader.batch_size * dist_.world()) + ")"
                               : "") +
-              ", peak lr " + fmt_ms(plan_.schedule.lr));
+              ", peak lr " + fmt_ms(plan_.schedule.peak_lr()));
   }
 
   // The range must lie inside one epoch (an evaluation between two would be traced too) and inside the run.
   void check_trace_steps(const StepRange& s) const {
     if (steps_per_epoch_ <= 0) return;  // nothing to train, nothing to trace
-    const std::string at = location_of(plan_.config, "run.trace_steps") + ": run.trace_steps = \"" + s.text() + "\"";
+    const std::string at = location_of(plan_, "run.trace_steps") + ": run.trace_steps = \"" + s.text() + "\"";
     const int64_t total = plan_.schedule.epochs * steps_per_epoch_;
     if (s.last >= total) {
       throw ConfigError(at + " goes past this run's last step, " + std::to_string(total - 1) + " (" +
@@ -345,7 +345,7 @@ class Training {
 
   void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch, const EpochSoFar& so_far = {},
             const std::string& file = "last.pt") {
-    Checkpoint ck = make_checkpoint(runner_, plan_.config, epoch, step_in_epoch, global_step_, shape());
+    Checkpoint ck = make_checkpoint(runner_, plan_, epoch, step_in_epoch, global_step_, shape());
     ck.classes = sets_.train->folder().classes;  // predictions are named by them
     ck.best_val_top1 = best_top1_;
     ck.epoch_loss_sums = so_far.loss_sums;
@@ -412,8 +412,8 @@ class Training {
     loop.epoch = epoch;
     loop.first_step = first;
     loop.end_step = steps_per_epoch_;
-    loop.warmup_steps = std::min<int64_t>(plan_.warmup_steps, (steps_per_epoch_ - first) / 4);
-    loop.max_steps_ahead = plan_.max_steps_ahead;
+    loop.warmup_steps = std::min<int64_t>(plan_.loop.warmup_steps, (steps_per_epoch_ - first) / 4);
+    loop.max_steps_ahead = plan_.loop.max_steps_ahead;
     loop.stop = &stop_;
     loop.dist = &dist_;
     loop.device = plan_.device;
@@ -555,9 +555,9 @@ std::string run_dir_of(const std::string& checkpoint) {
 }  // namespace
 
 TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
-  Distributed dist(plan.dist, plan.device, plan.dist_backend, plan.dist_timeout);
+  Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] {
-    dist.agree("config", to_toml(plan.config), "config");
+    dist.agree("config", to_toml(plan), "config");
     configure_backend(plan);
     Training training(plan, open_datasets(plan, plan.train.eval), dist, stop, args.stop_after_steps);
     TrainResult result;
@@ -621,7 +621,7 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
         facts.resume_epoch = start_epoch + 1;
         facts.resume_step = start_step;
       }
-      out.emplace(RunOutputsOptions{to_toml(plan.config), plan.run.name, plan.run.log_steps}, result.run_dir, resumed,
+      out.emplace(RunOutputsOptions{to_toml(plan), plan.run.name, plan.run.log_steps}, result.run_dir, resumed,
                   facts);
     }
     try {

@@ -1,0 +1,347 @@
+// The key table: every TOML key, once, bound to the field that consumes it; and what is made from the table
+// (to_toml, pinfeed help config, the README's key table).
+#include "app/config/keys.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace pinfeed::app {
+namespace {
+
+using data::printable;
+
+template <class T>
+Check<T> at_least(T lo) {
+  return [lo](const T& v) {
+    std::ostringstream s;
+    if (v < lo) s << "must be >= " << lo << ", got " << v;
+    return s.str();
+  };
+}
+
+Check<int64_t> between(int64_t lo, int64_t hi) {
+  return [lo, hi](const int64_t& v) {
+    std::ostringstream s;
+    if (v < lo) s << "must be >= " << lo << ", got " << v;
+    if (v > hi) s << "must be <= " << hi << ", got " << v;
+    return s.str();
+  };
+}
+
+Check<double> in_range(double lo, double hi, bool hi_open = false) {
+  return [=](const double& v) {
+    std::ostringstream s;
+    if (v < lo || v > hi || (hi_open && v == hi)) s << "must be in [" << lo << ", " << hi << (hi_open ? ")" : "]") << ", got " << v;
+    return s.str();
+  };
+}
+
+std::string check_device(const std::string& v) {
+  static const std::regex re("auto|cpu|cuda(:[0-9]+)?");
+  return std::regex_match(v, re) ? "" : "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + printable(v) + "\"";
+}
+
+// A newline or an escape sequence in a folder name is far likelier a paste accident than a real folder, and
+// every message naming the path would carry it.
+std::string check_path(const std::string& v) {
+  if (std::none_of(v.begin(), v.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; })) return "";
+  return "must not hold control characters, got \"" + printable(v) + "\"";
+}
+
+// A path key, "~/" expanded as it is read.
+std::string path_of(const std::string& v) {
+  if (std::string problem = check_path(v); !problem.empty()) throw std::invalid_argument(problem);
+  return expand_user(v);
+}
+std::string as_written(const std::string& v) { return v; }
+
+// The run folder is <run.dir>/<timestamp>-<name>: a name with '/' or ".." would put it (and every checkpoint)
+// outside run.dir. 100 bytes leaves room for the timestamp and a "-N" suffix under NAME_MAX (255).
+std::string check_run_name(const std::string& v) {
+  constexpr size_t kMaxLength = 100;
+  const bool control = std::any_of(v.begin(), v.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; });
+  if (!v.empty() && v.size() <= kMaxLength && v.find('/') == std::string::npos && v.find("..") == std::string::npos &&
+      !control) {
+    return "";
+  }
+  return "must be a plain folder name (1 to " + std::to_string(kMaxLength) +
+         " bytes, no '/', no \"..\", no control characters), got \"" + printable(v) + "\"";
+}
+
+std::string range_text(const std::optional<StepRange>& r) { return r ? r->text() : ""; }
+
+// Upper limits of the keys that size memory or threads. The plan (app/plan/plan.cpp) checks the sizes they combine
+// into against this machine; these bounds keep each value, and products of them, far from overflow.
+constexpr int64_t kMaxImageSize = 4096;  // ResNet-50 is trained at 128-600 px
+constexpr int64_t kMaxBatchSize = 1 << 20;  // per rank; the largest ImageNet batches published are 64k global
+constexpr int64_t kMaxPrefetchBatches = 1024;  // decoded batches held in RAM; more only costs memory
+constexpr int64_t kMaxClasses = 100'000;  // ImageNet-21k has 21,841; fc alone is 0.8 GB at this bound
+constexpr int64_t kMaxMegabytes = int64_t{1} << 30;  // 1 PB: MB x 2^20 stays far inside int64
+constexpr int64_t kMaxTimeoutS = 7 * 24 * 3600;  // a week; c10d converts to milliseconds
+
+const Names<std::optional<bool>> kAutoOnOff = {{"auto", std::nullopt}, {"on", true}, {"off", false}};
+
+Names<std::optional<pipeline::Mode>> mode_names() {
+  Names<std::optional<pipeline::Mode>> names = {{"", std::nullopt}};
+  for (const auto& p : pipeline::mode_presets()) names.emplace_back(p.name, p.mode);
+  return names;
+}
+
+}  // namespace
+
+const Names<Precision>& precision_names() {
+  static const Names<Precision> names = {
+      {"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+  return names;
+}
+
+const Names<Decoder>& decoder_names() {
+  static const Names<Decoder> names = {{"cpu", Decoder::kCpu}, {"nvjpeg", Decoder::kNvjpeg}, {"auto", Decoder::kAuto}};
+  return names;
+}
+
+const Names<Backend>& backend_names() {
+  static const Names<Backend> names = {{"auto", Backend::kAuto}, {"nccl", Backend::kNccl}, {"gloo", Backend::kGloo}};
+  return names;
+}
+
+const char* name_of(Precision p) { return precision_names().at(static_cast<size_t>(p)).first.c_str(); }
+const char* name_of(Decoder d) { return decoder_names().at(static_cast<size_t>(d)).first.c_str(); }
+const char* name_of(Backend b) { return backend_names().at(static_cast<size_t>(b)).first.c_str(); }
+
+const std::vector<Key>& keys() {
+  using model::GraphBatchNorm;
+  static const std::vector<Key> table = {
+      parsed("data.root", PINFEED_FIELD(dataset.root), path_of, as_written,
+             "ImageFolder root holding <train_split>/ and <val_split>/; ~/ expands"),
+      key("data.train_split", PINFEED_FIELD(dataset.train_split), check_path, "training split folder under root"),
+      key("data.val_split", PINFEED_FIELD(dataset.val_split), check_path, "validation split folder under root"),
+      key("data.image_size", PINFEED_FIELD(transform.size), between(16, kMaxImageSize),
+          "side of the square crop fed to the model, px"),
+      key("data.val_resize_ratio", PINFEED_FIELD(transform.val_resize_ratio), in_range(0.1, 1.0),
+          "val: resize shorter side to image_size/ratio, centre crop"),
+      key("data.scale_min", PINFEED_FIELD(transform.scale_min), in_range(0.001, 1.0),
+          "RandomResizedCrop smallest area fraction"),
+      key("data.scale_max", PINFEED_FIELD(transform.scale_max), in_range(0.001, 1.0),
+          "RandomResizedCrop largest area fraction"),
+      key("data.hflip", PINFEED_FIELD(transform.hflip), "random horizontal flip in training"),
+      key("data.crop_decode", PINFEED_FIELD(transform.crop_decode),
+          "JPEG: decode only the crop region (libjpeg-turbo), DCT-scaled 1/2..1/8 when the crop allows; false: "
+          "full OpenCV decode"),
+      key("data.workers", PINFEED_FIELD(train_loader.workers), between(0, kMaxWorkers),
+          "decode threads; 0 = cores - 3 (cores - 1 on 4 cores or fewer); at most 4 x cores"),
+      key("data.prefetch_batches", PINFEED_FIELD(train_loader.prefetch_batches), between(1, kMaxPrefetchBatches),
+          "batches decoded ahead of the training loop, across the end of an epoch too; the ring (this + 2 "
+          "batches, train and val) must fit in half the RAM"),
+      choice("data.on_bad_image", PINFEED_FIELD(dataset.on_bad_image),
+             {{"skip", data::BadImagePolicy::kSkip}, {"fail", data::BadImagePolicy::kFail}},
+             "a corrupt image is replaced and counted (skip) or stops the run (fail)"),
+      key("data.max_image_pixels", PINFEED_FIELD(transform.max_image_pixels), at_least<int64_t>(0),
+          "an image whose header declares more pixels is a bad image (on_bad_image applies), refused before "
+          "decoding; 0 = no limit"),
+      mebibytes("data.max_file_mb", PINFEED_FIELD(transform.max_file_bytes), between(0, kMaxMegabytes),
+                "a file larger than this (MiB) is a bad image, refused before it is read; 0 = no limit"),
+      key("data.sample_timeout_s", PINFEED_FIELD(train_loader.sample_timeout_s), in_range(0.0, 86400.0),
+          "a sample still loading after this many seconds (a read or decode that never returns) stops the run "
+          "naming its file (exit 3); 0 = no bound"),
+      choice("data.decoder", PINFEED_FIELD(dataset.decoder), decoder_names(),
+             "cpu (libjpeg-turbo in the workers) | nvjpeg (the GPU decodes JPEGs, workers only read files; CUDA "
+             "only) | auto (nvjpeg on CUDA when built in)"),
+      key("data.nvjpeg_share", PINFEED_FIELD(transform.nvjpeg_share), in_range(0.0, 1.0),
+          "with data.decoder = nvjpeg: the fraction of samples (fixed by index) whose JPEGs the GPU decodes; the "
+          "workers decode the rest"),
+      choice("model.arch", PINFEED_FIELD(model.arch), {{"resnet50", Arch::kResNet50}}, "network"),
+      key("model.num_classes", PINFEED_FIELD(model.num_classes), between(0, kMaxClasses),
+          "classifier outputs; 0 = number of class folders"),
+      key("model.zero_init_residual", PINFEED_FIELD(step.net.zero_init_residual),
+          "zero-init each block's last BN (Goyal et al. 2017)"),
+      choice("model.max_pool", PINFEED_FIELD(model.stem_max_pool),
+             {{"auto", std::nullopt}, {"pinfeed", true}, {"aten", false}},
+             "the stem's max pool in training: auto (pinfeed's on CUDA + channels_last, else ATen's) | pinfeed "
+             "(its own kernels: one-byte argmax, gathering backward; the same values as ATen's) | aten"),
+      choice("model.pad_input", PINFEED_FIELD(model.pad_input), kAutoOnOff,
+             "the model's input made fp16 with a zero fourth channel on the GPU (the 7x7 stem convolution runs "
+             "faster on 4 channels than on 3): auto (on for CUDA + channels_last + fp16 + uint8 pixels) | on | off"),
+      choice("model.fold_grad_add", PINFEED_FIELD(model.fold_grad_add), kAutoOnOff,
+             "in training, the two gradients at each block's input summed by conv1's data-gradient GEMM as it "
+             "writes, not by a separate add: auto (on where model.fused_bn is) | on (needs train.channels_last) | off"),
+      choice("model.bn_graph", PINFEED_FIELD(model.bn_graph),
+             {{"auto", std::nullopt}, {"small", GraphBatchNorm::kSmall}, {"conv", GraphBatchNorm::kConv},
+              {"all", GraphBatchNorm::kAll}, {"off", GraphBatchNorm::kNone}},
+             "with model.fused_bn, which BatchNorms run through the cuDNN frontend's graph API (the build needs "
+             "its headers): auto (conv in fp16, small otherwise: where each was measured faster) | small (BN + "
+             "ReLU and BN + add + ReLU at 14x14 and smaller) | conv (small's, and each block's conv3 writing its "
+             "BN's statistics, then one scale-bias-add-ReLU pass; fp16 only) | all | off"),
+      choice("model.fused_bn", PINFEED_FIELD(model.fused_bn), kAutoOnOff,
+             "BN, BN + ReLU and BN + add + ReLU as one cuDNN op each in training: auto (on for CUDA + "
+             "channels_last + bf16/fp16) | on | off (ATen's separate ops)"),
+      key("train.epochs", PINFEED_FIELD(schedule.epochs), between(1, 1'000'000), "epochs to train"),
+      key("train.batch_size", PINFEED_FIELD(train_loader.batch_size), between(1, kMaxBatchSize),
+          "samples per step (per rank)"),
+      key("train.lr", PINFEED_FIELD(schedule.lr), in_range(0, 1e3), "peak learning rate (after warm-up)"),
+      key("train.lr_reference_batch", PINFEED_FIELD(schedule.reference_batch), between(0, kMaxBatchSize),
+          "0: lr is the rate as given; B: lr and min_lr are per B samples, scaled linearly to the global batch "
+          "(batch_size x ranks; Goyal et al. 2017)"),
+      key("train.momentum", PINFEED_FIELD(step.sgd.momentum), in_range(0, 1, /*hi_open=*/true), "SGD momentum"),
+      key("train.nesterov", PINFEED_FIELD(step.sgd.nesterov), "Nesterov momentum"),
+      key("train.weight_decay", PINFEED_FIELD(step.sgd.weight_decay), in_range(0, 1), "L2 weight decay"),
+      key("train.decay_bn_and_bias", PINFEED_FIELD(step.decay_bn_and_bias),
+          "false: no weight decay on BN parameters and biases"),
+      key("train.warmup_epochs", PINFEED_FIELD(schedule.warmup_epochs), in_range(0, 1e6),
+          "linear LR warm-up length (fractions allowed)"),
+      key("train.min_lr", PINFEED_FIELD(schedule.min_lr), in_range(0, 1e3), "LR at the end of the cosine schedule"),
+      key("train.label_smoothing", PINFEED_FIELD(step.label_smoothing), in_range(0, 1, /*hi_open=*/true),
+          "cross-entropy label smoothing"),
+      choice("train.precision", PINFEED_FIELD(step.precision), precision_names(),
+             "fp32 | tf32 (TF32 matmul/conv) | bf16 (autocast) | fp16 (autocast with dynamic loss scaling); CUDA "
+             "only beyond fp32"),
+      key("train.loss_scale_init", PINFEED_FIELD(step.loss_scaler.init_scale), in_range(1, 1e30),
+          "fp16: first value of the dynamic loss scale (halved on each overflow)"),
+      key("train.loss_scale_growth_interval", PINFEED_FIELD(step.loss_scaler.growth_interval),
+          between(1, 1'000'000'000), "fp16: steps without overflow before the loss scale doubles"),
+      key("train.channels_last", PINFEED_FIELD(step.channels_last), "NHWC memory format for the model and its input"),
+      key("train.cudnn_benchmark", PINFEED_FIELD(train.cudnn_benchmark), "let cuDNN pick the fastest kernels"),
+      key("train.cuda_graph", PINFEED_FIELD(step.cuda_graph),
+          "capture the whole training step as a CUDA graph and replay it (CUDA only)"),
+      key("train.seed", PINFEED_FIELD(train_loader.seed), at_least<int64_t>(0),
+          "seed of init, shuffling and augmentation"),
+      key("train.device", PINFEED_FIELD(train.device), check_device, "auto (CUDA if present) | cpu | cuda | cuda:N"),
+      key("train.max_steps_per_epoch", PINFEED_FIELD(train.max_steps_per_epoch), at_least<int64_t>(0),
+          "cap on steps per epoch; 0 = whole epoch"),
+      key("train.eval", PINFEED_FIELD(train.eval), "evaluate on the val split after each epoch"),
+      parsed("train.init_from", PINFEED_FIELD(train.init_from), path_of, as_written,
+             "a new run starts from the weights of this pinfeed checkpoint or torch.save(model.state_dict()) file "
+             "(not its optimizer or epoch); another number of classes re-initialises fc; ~/ expands; \"\" = none"),
+      choice("pipeline.mode", PINFEED_FIELD(pipeline.mode), mode_names(),
+             "preset: " + pipeline::preset_names() + "; sets the three flags below; \"\" = the flags as set"),
+      key("pipeline.pin_memory", PINFEED_FIELD(pipeline.pin_memory), "workers write batches into page-locked buffers"),
+      key("pipeline.non_blocking", PINFEED_FIELD(pipeline.non_blocking), "asynchronous host-to-device copies"),
+      key("pipeline.dual_stream", PINFEED_FIELD(pipeline.dual_stream),
+          "a copier thread copies the next batches on a stream of their own during compute"),
+      choice("pipeline.transfer_dtype", PINFEED_FIELD(pipeline.transfer_dtype),
+             {{"float32", pipeline::TransferDtype::kFloat32}, {"uint8", pipeline::TransferDtype::kUint8}},
+             "float32 (normalised on host) | uint8 (normalised on GPU, 4x fewer bytes)"),
+      key("pipeline.pinned_budget_mb", PINFEED_FIELD(pipeline.pinned_budget_mb), between(0, kMaxMegabytes),
+          "cap on page-locked MB; 0 = 30% of RAM"),
+      key("pipeline.max_steps_ahead", PINFEED_FIELD(loop.max_steps_ahead), between(0, kMaxPrefetchBatches),
+          "the host queues at most this many steps ahead of the GPU, then waits (ahead_ms, not wait_ms); 0 = no "
+          "limit; 1 serialises host and GPU"),
+      key("pipeline.warmup_steps", PINFEED_FIELD(loop.warmup_steps), between(0, 1'000'000),
+          "steps per epoch left out of the timing figures"),
+      choice("dist.backend", PINFEED_FIELD(dist.backend), backend_names(),
+             "several ranks: auto (nccl on CUDA, gloo on the CPU) | nccl | gloo"),
+      key("dist.bucket_mb", PINFEED_FIELD(step.bucket_mb), in_range(0.001, 4096),
+          "several ranks: gradients all-reduced per bucket, MB (DDP's bucket_cap_mb)"),
+      key("dist.overlap", PINFEED_FIELD(step.overlap),
+          "several ranks: all-reduce each bucket during backward; false: after backward"),
+      key("dist.timeout_s", PINFEED_FIELD(dist.timeout_s), between(1, kMaxTimeoutS),
+          "several ranks: bound on joining the group and on every collective, s"),
+      key("run.name", PINFEED_FIELD(run.name), check_run_name,
+          "run directory is <dir>/<timestamp>-<name>; a plain folder name (no '/', no '..')"),
+      key("run.dir", PINFEED_FIELD(run.dir), check_path, "where run directories go"),
+      key("run.log_steps", PINFEED_FIELD(run.log_steps), "write per-step figures to steps.jsonl"),
+      parsed("run.trace_steps", PINFEED_FIELD(run.trace_steps), parse_step_range, range_text,
+             "\"A-B\": a Kineto trace of global steps A to B (from 0, within one epoch) into "
+             "trace_steps_A-B.json, for Perfetto; \"\" = off"),
+      key("run.checkpoint_every", PINFEED_FIELD(run.checkpoint_every), between(1, 1'000'000),
+          "epochs between checkpoints"),
+      key("run.progress_interval_s", PINFEED_FIELD(run.progress_interval_s), in_range(0.1, 1e6),
+          "seconds between progress lines when not on a terminal"),
+  };
+  return table;
+}
+
+const std::map<std::string, std::string>& renamed_keys() {
+  static const std::map<std::string, std::string> renamed = {
+      {"data.gpu_decode_share", "data.nvjpeg_share"},
+      {"pipeline.prefetch", "pipeline.dual_stream"},
+  };
+  return renamed;
+}
+
+const Key* find_key(const std::string& name) {
+  for (const auto& k : keys()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+std::optional<StepRange> parse_step_range(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  // Digits only (no sign, no spaces), at most 12 each: far past any run's steps, far from overflow.
+  static const std::regex re("([0-9]{1,12})(-([0-9]{1,12}))?");
+  std::smatch m;
+  const std::string expected = "must be \"A-B\" (steps A to B, 0 <= A <= B) or \"A\", got \"" + printable(text) + "\"";
+  if (!std::regex_match(text, m, re)) throw std::invalid_argument(expected);
+  StepRange r;
+  r.first = std::stoll(m[1].str());
+  r.last = m[3].matched ? std::stoll(m[3].str()) : r.first;
+  if (r.last < r.first) throw std::invalid_argument(expected);
+  if (r.size() > kMaxTraceSteps) {
+    throw std::invalid_argument("must span at most " + std::to_string(kMaxTraceSteps) + " steps (a megabyte or two of trace each), got \"" +
+                                printable(text) + "\" (" + std::to_string(r.size()) + " steps)");
+  }
+  return r;
+}
+
+std::string expand_user(const std::string& path) {
+  if (path.rfind("~/", 0) == 0) {
+    if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);
+  }
+  return path;
+}
+
+std::string to_toml(const Config& c) {
+  std::map<std::string, toml::table> sections;
+  for (const auto& k : keys()) {
+    const auto dot = k.name.find('.');
+    auto& t = sections[k.name.substr(0, dot)];
+    std::visit([&](const auto& v) { t.insert(k.name.substr(dot + 1), v); }, k.get(c));
+  }
+  std::ostringstream out;
+  for (const char* s : kSections) out << "[" << s << "]\n" << sections[s] << "\n\n";
+  return out.str();
+}
+
+std::vector<KeyHelp> config_keys() {
+  const Config defaults;
+  std::vector<KeyHelp> out;
+  for (const auto& k : keys()) {
+    std::ostringstream d;
+    std::visit([&](const auto& v) {
+      using T = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<T, std::string>) d << '"' << v << '"';
+      else if constexpr (std::is_same_v<T, bool>) d << (v ? "true" : "false");
+      else d << v;
+    }, k.get(defaults));
+    out.push_back({k.name, type_name(k.type), d.str(), k.help});
+  }
+  return out;
+}
+
+std::string config_keys_markdown() {
+  std::ostringstream out;
+  out << "| key | type | default | what it does |\n|---|---|---|---|\n";
+  for (const auto& k : config_keys()) {
+    std::string help = k.help;
+    for (size_t at = 0; (at = help.find('|', at)) != std::string::npos; at += 2) help.replace(at, 1, "\\|");
+    out << "| `" << k.name << "` | " << k.type << " | `" << k.default_value << "` | " << help << " |\n";
+  }
+  return out.str();
+}
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::kBool: return "bool";
+    case Type::kInt: return "integer";
+    case Type::kFloat: return "float";
+    default: return "string";
+  }
+}
+
+}  // namespace pinfeed::app
