@@ -62,7 +62,7 @@ TEST(Config, ImpossibleValueIsRejected) {
   EXPECT_NE(error_of(std::string(kBase) + "[train]\nmomentum = 1.0\n").find("train.momentum must be in [0, 1)"), std::string::npos);
   EXPECT_NE(error_of(kBase, {"data.nvjpeg_share=1.5"}).find("data.nvjpeg_share must be in [0, 1], got 1.5"), std::string::npos);
   EXPECT_NE(error_of(std::string(kBase) + "[train]\ndevice = \"gpu\"\n").find("train.device must be"), std::string::npos);
-  EXPECT_NE(error_of(std::string(kBase) + "[pipeline]\nmode = \"fast\"\n").find("pipeline.mode must be one of pageable"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kBase) + "[pipeline]\nmode = \"fast\"\n").find("pipeline.mode must be one of \"pageable\""), std::string::npos);
   EXPECT_EQ(error_of(std::string(kBase) + "[data]\n").rfind("cfg.toml:3:", 0), 0u);  // a table defined twice
 }
 

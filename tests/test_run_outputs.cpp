@@ -92,7 +92,7 @@ TEST(RunFiles, ARunFolderIsKnownByWhatItsFilesHoldNotByTheirNames) {
   // An older pinfeed's folder (no run.json), and one whose run.json was damaged: its config and metrics say so.
   const std::string header = std::string(kEpochMetrics[0].name) + "," + kEpochMetrics[1].name + ",train_loss\n";
   Config config;
-  config.data.root = "data";  // as in any config a run was started with
+  config.dataset.root = "data";  // as in any config a run was started with
   for (const char* name : {"older", "damaged"}) {
     put(dir / name / "config.toml", to_toml(config));
     put(dir / name / "metrics.csv", header);
@@ -191,7 +191,7 @@ TEST(RunOutputs, EachStartIsRecordedAndEachResumesConfigKeptBesideTheFirst) {
   const std::string dir = test::fresh_dir("outputs_record");
   Config first, later;
   first.run.name = later.run.name = "rec";
-  later.train.epochs = 7;
+  later.schedule.epochs = 7;
   { RunOutputs(options_of(first), dir); }
   RunStart facts;
   facts.checkpoint = dir + "/last.pt";

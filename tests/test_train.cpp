@@ -61,7 +61,7 @@ TEST(Train, DivergenceStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   const std::string last = (std::filesystem::path(first.run_dir) / "last.pt").string();
   const auto written = std::filesystem::last_write_time(last);
   Config wild = tiny_config(root, runs, 3);
-  wild.train.lr = 1e30;
+  wild.schedule.lr = 1e30;
   const std::string message = test::message_of<Diverged>([&] { train(resolve_plan(wild), {"last"}, stop); });
   EXPECT_NE(message.find("is no longer finite at epoch 2"), std::string::npos) << message;
   EXPECT_EQ(std::filesystem::last_write_time(last), written);

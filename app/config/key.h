@@ -44,7 +44,9 @@ std::string name_in(const Names<T>& names, const T& value) {
 template <class T>
 std::string choices_text(const Names<T>& names) {
   std::string all;
-  for (const auto& n : names) all += (all.empty() ? "\"" : " | \"") + n.first + "\"";
+  for (const auto& n : names) {
+    if (!n.first.empty()) all += (all.empty() ? "\"" : " | \"") + n.first + "\"";  // "" (none) goes unsaid
+  }
   return all;
 }
 
