@@ -24,11 +24,11 @@
 #include "app/run/signals.h"
 #include "app/train/trainer.h"
 #include "common/log.h"
-#include "data/detached.h"
+#include "data/loader/detached.h"
 #include "data/error.h"
-#include "data/image_folder.h"
-#include "data/synthetic.h"
-#include "pipeline/options.h"
+#include "data/dataset/image_folder.h"
+#include "data/dataset/synthetic.h"
+#include "pipeline/transfer/options.h"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <thread>
 #include <tuple>
 
-#include "data/check_ahead.h"
-#include "data/loader.h"
-#include "data/sample_rng.h"
+#include "data/loader/check_ahead.h"
+#include "data/loader/loader.h"
+#include "data/transform/sample_rng.h"
 #include "decode_cases.h"
 #include "encoded_arena.h"
 

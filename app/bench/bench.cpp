@@ -28,7 +28,7 @@
 #include "app/step/step_runner.h"
 #include "app/step/step_trace.h"
 #include "common/log.h"
-#include "data/image_folder.h"
+#include "data/dataset/image_folder.h"
 
 namespace pinfeed::app {
 namespace fs = std::filesystem;

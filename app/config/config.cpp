@@ -18,7 +18,7 @@
 #include <toml++/toml.h>
 
 #include "app/config/suggest.h"
-#include "data/image_folder.h"
+#include "data/dataset/image_folder.h"
 
 namespace pinfeed::app {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/options.h"
+#include "pipeline/transfer/options.h"
 
 namespace pinfeed::app {
 

@@ -20,11 +20,11 @@
 #include "app/optim/loss_scaler.h"
 #include "app/optim/lr_schedule.h"
 #include "app/optim/sgd.h"
-#include "data/dataset.h"
-#include "data/loader.h"
+#include "data/dataset/dataset.h"
+#include "data/loader/loader.h"
 #include "model/batch_norm.h"
-#include "pipeline/feeder.h"
-#include "pipeline/options.h"
+#include "pipeline/transfer/feeder.h"
+#include "pipeline/transfer/options.h"
 
 namespace pinfeed::app {
 

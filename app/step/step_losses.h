@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "app/run/run_outputs.h"
-#include "pipeline/gpu.h"
-#include "pipeline/step_meter.h"
+#include "gpu/gpu.h"
+#include "pipeline/timing/step_meter.h"
 
 namespace pinfeed::app {
 
