@@ -240,7 +240,7 @@ static int exit_code(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int code = exit_code(argc, argv);
   if (pinfeed::data::detached_threads() > 0) {
-    // A worker stuck in a read or decode was left running (data/detached.h): end the process without running
+    // A worker stuck in a read or decode was left running (data/loader/detached.h): end the process without running
     // static destructors under it. Every output was written and synced before this point.
     std::fflush(stdout);
     std::fflush(stderr);

@@ -1,4 +1,4 @@
-// The one door to CUDA for code outside pipeline/cuda/: no CUDA types here. Built against a LibTorch
+// The one door to CUDA for code outside gpu/cuda/: no CUDA types here. Built against a LibTorch
 // without CUDA, every call that needs a device throws (see gpu_stub.cpp).
 #pragma once
 

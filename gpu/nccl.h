@@ -1,4 +1,4 @@
-// c10d's NCCL backend, built where CUDA code lives (pipeline/cuda/nccl.cpp); without CUDA it throws.
+// c10d's NCCL backend, built where CUDA code lives (gpu/cuda/nccl.cpp); without CUDA it throws.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>

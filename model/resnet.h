@@ -17,8 +17,8 @@ namespace pinfeed::model {
 
 struct ResNetOptions {
   int64_t num_classes = 1000;
-  // Zero-initialise the last BN of each residual branch so every block starts as the identity:
-  // +0.2-0.3% top-1 on ImageNet (Goyal et al. 2017, "Accurate, Large Minibatch SGD").
+  // Zero-initialise the last BN of each residual branch so every block starts as the identity, which helps top-1
+  // on ImageNet (Goyal et al. 2017, "Accurate, Large Minibatch SGD").
   bool zero_init_residual = false;
   // In training mode, each BN with the ReLU and residual add after it runs as one cuDNN op (model/batch_norm.h):
   // CUDA, channels_last, bf16 or fp16 autocast. Evaluation and the parameter names are the same either way.
@@ -55,8 +55,8 @@ class ResNetImpl : public torch::nn::Module {
  public:
   ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options);
   // (B, 3, H, W) float -> (B, num_classes) logits. Also (B, 4, H, W): RGB and a zero fourth channel, which
-  // cuDNN's fp16 kernels for the 7x7 stem convolution take faster than 3 channels (0.81 against 1.11 ms forward
-  // and weight gradient at batch 256 on an H200); the result is the 3-channel one.
+  // cuDNN's fp16 kernels for the 7x7 stem convolution take faster than 3 channels; the result is the 3-channel
+  // one (docs/training-step.md#the-fp16-input-padded-to-4-channels).
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv1{nullptr};

@@ -1,4 +1,4 @@
-// Checking the GPU's files ahead of the loader's workers (data/check_ahead.h): the walk's order, each file checked
+// Checking the GPU's files ahead of the loader's workers (data/loader/check_ahead.h): the walk's order, each file checked
 // once, bad files left to load() and recorded once, the same batches as without it, a prompt stop, errors caught.
 #include <gtest/gtest.h>
 

@@ -53,7 +53,7 @@ class Dataset {
   // checked and only reads it: true if it is checked (now or before), false for a file the GPU does not take or a
   // bad one. A bad file is left unchecked and unrecorded: load() meets it again and names, counts and replaces it
   // as on the CPU path. Thread-safe, also while a worker loads the same sample (both may then check it: the same
-  // verdict twice, never a second record). The Loader's CheckAhead threads call it (data/check_ahead.h).
+  // verdict twice, never a second record). The Loader's CheckAhead threads call it (data/loader/check_ahead.h).
   bool check_gpu_file(int64_t index, DecodeScratch& scratch) const;
   // check_gpu_file for every sample, with `threads` threads (the bench calls it so that its rows time the
   // steady state, not the first pass).

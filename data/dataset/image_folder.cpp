@@ -72,7 +72,7 @@ std::vector<std::string> sorted_images(const fs::path& dir) {
       entering = it->path();
     } else if (is_image_file(it->path().filename().string())) {
       // Any other entry named like an image is a sample, whatever it is: a FIFO, a device, a dangling or looping
-      // link. Reading it refuses it as a bad image (read_file, data/transforms.cpp), so it is named in bad_images.tsv
+      // link. Reading it refuses it as a bad image (read_file, data/transform/transforms.cpp), so it is named in bad_images.tsv
       // rather than silently left out.
       files.push_back(it->path().string());
     }

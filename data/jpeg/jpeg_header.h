@@ -20,7 +20,7 @@ struct JpegInfo {
 };
 
 // Reads the markers up to the first scan (SOS), and with count_scans the whole file's scans too (a pass over
-// the entropy data looking for markers, ~10 us per 100 KB). False if the data is not a JPEG or ends before its
+// the entropy data looking for markers, cheap beside a decode). False if the data is not a JPEG or ends before its
 // frame header; an unreadable segment after the frame header leaves what was read so far.
 bool parse_jpeg_info(const uint8_t* data, size_t size, JpegInfo* out, bool count_scans = false);
 

@@ -67,7 +67,7 @@ struct CheckAheadOptions {
   // waits for them. Off only in tests, which must not depend on idle cores.
   bool idle_priority = true;
   // How long the destructor waits for a thread to finish the file in hand. One still checking then (a read that
-  // never returns, libjpeg looping) is left running, detached (data/detached.h), so that shutdown cannot hang.
+  // never returns, libjpeg looping) is left running, detached (data/loader/detached.h), so that shutdown cannot hang.
   double stop_wait_s = 5;
   // Test seam: called on a checking thread with each sample's index just before checking it, so that a test can
   // block one as a stuck read would. Empty outside tests.

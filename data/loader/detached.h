@@ -1,7 +1,7 @@
 // Threads of the data module left running at shutdown: a loader worker or a file-check thread that did not return
 // in time (a read that never returns, a decoder looping inside its library) is detached instead of joined, so that
 // destroying its Loader or CheckAhead cannot hang. Each keeps alive, through shared ownership, everything it can
-// still touch, and never writes into memory its owner may have freed (data/loader.cpp says how).
+// still touch, and never writes into memory its owner may have freed (data/loader/loader_shared.h says how).
 #pragma once
 
 #include <atomic>

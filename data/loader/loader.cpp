@@ -19,9 +19,8 @@ using loader_detail::seconds_text;
 using loader_detail::stop_wait_s;
 
 // Three cores are left to the training thread (it launches the GPU's kernels: an eager step is bound by it),
-// the dual_stream copier and the driver. On the H200 host (16 cores) 13 workers instead of 15 kept an eager
-// bf16 step at the GPU's rate (dual_stream 2807 against 2496 images/s, median of the GPU-resident ceiling 2606)
-// while still decoding 6,300 images/s, 1.3x the fastest step measured then (docs/transfer-modes.md).
+// the dual_stream copier and the driver: two workers fewer kept an eager step at the GPU's rate, the rest still
+// decoding well ahead of it (docs/transfer-modes.md#the-final-feeder).
 int default_workers(int processes) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, processes);
   if (cores > 4) return cores - 3;
@@ -100,10 +99,8 @@ void Loader::start_check_ahead(int workers) {
     CheckAheadOptions o;
     o.threads = threads;
     // An eighth of the batches in flight: where the workers outrun the checking threads, the stretch left to them
-    // is short enough for the batches queued to absorb (a longer one made a paced first epoch wait on them), and
-    // each time they overtake costs the few files being checked at that moment twice. On 2 cores, 1 worker and
-    // 1 checking thread, a consumer taking 64 samples every 40 ms: a lead of the whole window (256) gave 1,320
-    // samples/s, 32 gave 1,490, the later epochs 1,550 (tests/bench_data.cpp, BM_LoaderEpochGpuFiles).
+    // is short enough for the queued batches to absorb (the whole window made a paced first epoch wait on them),
+    // and each overtaking checks only the few files in hand twice (benchmarks/bench_data.cpp, BM_LoaderEpochGpuFiles).
     o.lead = std::max<int64_t>(1, static_cast<int64_t>(options.prefetch_batches) * options.batch_size / 8);
     o.stop_wait_s = stop_wait_s(options);
     // A copy without the callbacks: a checking thread left running must not keep the caller's alive.
@@ -128,7 +125,7 @@ int64_t Loader::batches_per_epoch() const {
 int64_t Loader::samples_per_epoch() const {
   const LoaderOptions& o = shared_->options;
   const int64_t n = shared_->dataset->size(), b = o.batch_size, global = b * o.shards;
-  const int64_t whole = n / global * b;  // from the whole global batches (data/shard.h)
+  const int64_t whole = n / global * b;  // from the whole global batches (data/loader/shard.h)
   if (o.drop_last) return whole;
   return whole + std::clamp<int64_t>(n % global - o.shard_rank * b, 0, b);
 }

@@ -27,13 +27,13 @@ struct LoaderOptions {
   bool drop_last = true;     // drop a final partial batch
   uint64_t seed = 0;
   int worker_nice = 5;  // Linux nice of worker threads, so the training thread wins a contended core
-  int shard_rank = 0, shards = 1;  // data-parallel: this rank's share of each epoch (data/shard.h)
+  int shard_rank = 0, shards = 1;  // data-parallel: this rank's share of each epoch (data/loader/shard.h)
   // Once every batch of the epoch is under way, start on the next epoch's first batches, so that the epoch
   // after this one (started with start_epoch(epoch + 1)) does not begin with the whole pipeline empty. Off for
   // a validation split, which always re-reads epoch 0.
   bool prefetch_next_epoch = true;
   // With GPU decode (TransformOptions::gpu_decode): threads that check the files with libjpeg ahead of the
-  // workers, in this loader's order, at idle priority (data/check_ahead.h). -1: the cores the workers leave,
+  // workers, in this loader's order, at idle priority (data/loader/check_ahead.h). -1: the cores the workers leave,
   // hardware threads / shards - workers - 2 for the training thread and the copier, at least 1 (the loader
   // cannot tell how many ranks share this host: it assumes all of them do). 0: none, each worker checks a file
   // the first time it loads it.
@@ -57,7 +57,7 @@ struct LoaderOptions {
 // feel prompt; a batch that is ready wakes its waiter at once, whatever this is.
 inline constexpr std::chrono::milliseconds kStopPoll{100};
 // The longest the Loader's destructor waits for a worker to finish the sample in hand before leaving it running
-// (detached, data/detached.h): one that has not returned by then is taken for stuck.
+// (detached, data/loader/detached.h): one that has not returned by then is taken for stuck.
 inline constexpr double kStopWait = 5.0;
 
 // Decode threads for one of `processes` ranks sharing this host's cores.
@@ -78,7 +78,7 @@ class Loader {
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, BatchArena* arena);
   // Stops the workers: waits for each to finish the sample in hand, up to kStopWait (sample_timeout_s if
   // shorter), and leaves one still loading then running, detached, with a warning naming its file; it will never
-  // write into the arena (see Shared in loader.cpp). The arena need only outlive this call.
+  // write into the arena (see Shared in loader_shared.h). The arena need only outlive this call.
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -115,7 +115,7 @@ class Loader {
     int64_t position;  // within the batch
     int64_t sample;    // dataset index
   };
-  struct Shared;  // what the workers use, owned jointly with them (loader.cpp)
+  struct Shared;  // what the workers use, owned jointly with them (loader_shared.h)
 
   static void worker_loop(const std::shared_ptr<Shared>& shared, int id);
   void start_check_ahead(int workers);

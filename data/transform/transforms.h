@@ -87,7 +87,7 @@ struct DecodeScratch {
 // - a PNG on which libpng reports an error (the reason is "libpng: <its message>"; libpng's warnings are
 //   ignored, as OpenCV ignores them), or whose decoded size disagrees with its header.
 // A null dst leaves the sample in scratch (resized, flip) for write_resized: a loader worker writes into a batch
-// slot only once it knows the slot is still its to write (data/loader.cpp), at no extra cost.
+// slot only once it knows the slot is still its to write (data/loader/loader_shared.h), at no extra cost.
 void decode_into(const uint8_t* file, size_t file_size, bool train, const TransformOptions& options,
                  SampleRng& rng, DecodeScratch& scratch, void* dst);
 

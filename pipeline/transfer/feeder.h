@@ -44,8 +44,8 @@ struct FeederOptions {
 // At an epoch's end the copier carries on into the next epoch's first batches (as the loader's workers do,
 // LoaderOptions::prefetch_next_epoch): with the GPU decoder, a batch's decode is the copier's work, and an epoch
 // that began with nothing copied made the GPU wait for a whole decode at every epoch boundary.
-// Issuing a copy costs 45-55 us of driver and allocator calls on an idle host and 3-4x that next to busy
-// decode workers (docs/transfer-modes.md): work kept off the thread that launches the GPU's kernels.
+// Issuing a copy is driver and allocator work, dearer next to busy decode workers: kept off the thread that
+// launches the GPU's kernels (docs/transfer-modes.md#where-the-wait-went).
 // A stuck sample or a stop asked for never leaves next() waiting: in every mode it throws what the loader throws
 // (data::StuckSample after loader_options.sample_timeout_s, data::Interrupted once loader_options.stop_requested()
 // is true), from the copier's loader.next() in dual_stream as from its own. Like a worker's error, either ends the

@@ -12,9 +12,8 @@ namespace {
 
 // A thread computes its column's source coordinates once, then kRows rows of that column. The kernel runs on the
 // decode's stream while the step runs, and its blocks fill the GPU ahead of the step's next kernel: the step
-// waits about as long as this kernel lasts, so its length is the feed's cost. One pixel per thread and no reuse
-// took 330 us per batch of 256 at 224 px on the H200 (Nsight Compute); this form 95-115 us
-// (docs/gpu-decode.md#the-crop-kernel).
+// waits about as long as this kernel lasts, so its length is the feed's cost; one pixel per thread and no reuse
+// was several times slower (docs/gpu-decode.md#the-crop-kernel).
 constexpr int kRows = 4;
 
 // A pixel of the image shrunk by `r`: the mean of its r x r block of full-size pixels (clipped at the edge of

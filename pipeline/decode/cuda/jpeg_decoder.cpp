@@ -79,22 +79,16 @@ struct JpegDecoder::Impl {
   data::TransformOptions transform;
   int64_t budget_bytes;
   nvjpegHandle_t hardware = nullptr;  // null where the GPU has no JPEG engines
-  // A decode state holds host and device buffers that its work on the stream still reads after the call returns:
-  // it is not given new images before the work issued with it is done (`state_done`). One state, not two used in
-  // turn: each state brings ~14 streams of nvJPEG's own, and on the H200 two states in flight decoded slower next
-  // to a busy step (ResNet-50 bs256 with a CUDA graph, 2 threads: 91.1% of gpu_resident with two, 93.8% with one;
-  // eager and 160 px gained 1-1.6 points too; docs/gpu-decode.md).
+  // A decode state's buffers are read by its work on the stream after the call returns: no new images for it
+  // before `state_done`. One state, not two in turn: each brings streams of nvJPEG's own, and two in flight
+  // decoded slower beside a busy step (docs/gpu-decode.md#how-it-got-there).
   nvjpegJpegState_t hardware_state = nullptr;
   std::vector<nvjpegDecodeParams_t> params;  // one per image of a hardware batch (output format and ROI)
   cudaEvent_t state_done = nullptr;
   bool state_used = false;
-  // nvJPEG's hardware decoder keeps its internal buffers in a pool that nvjpegDecodeBatchedPreAllocate sizes.
-  // Without one (or with nvImageCodec's 1x1 hint), on the H200 the copier stopped inside nvJPEG until the step's
-  // CUDA graph replay ended (up to 96 ms), the training thread's next CUDA call waiting too: what a synchronous
-  // device free does, so most likely nvJPEG reallocating between batches (inferred from a trace). Sized to the
-  // batches seen (images per call, largest width and height), grown when one needs more, within the decode
-  // budget. ResNet-50 bs256, 2 threads, CUDA graph: 93.8% of gpu_resident without, 98.9% with (224 px; 160 px
-  // 95.7% -> 98.1%; docs/gpu-decode.md).
+  // nvJPEG's hardware pool, sized by nvjpegDecodeBatchedPreAllocate to the batches seen and grown within the
+  // decode budget: unsized, nvJPEG reallocates between batches and its synchronous free stalls the copier and the
+  // training thread until the step's graph ends (docs/gpu-decode.md#how-it-got-there).
   int pool_images = 0, pool_width = 0, pool_height = 0;
   int seen_width = 0, seen_height = 0;  // the largest hardware-decoded image so far
   static constexpr int kLoggedFailures = 5;
@@ -299,7 +293,7 @@ struct JpegDecoder::Impl {
       const nvjpegStatus_t s = nvjpegDecode(single, single_state, e.bytes.data(), e.bytes.size(), NVJPEG_OUTPUT_RGBI, &d, stream);
       // The single-image state is reused by the next call: let this image's device work finish first (the hybrid
       // path is for the few files the engines do not take). Without it, the first of two progressive files in a
-      // chunk came out as garbage on the H200.
+      // chunk came out as garbage.
       C10_CUDA_CHECK(cudaStreamSynchronize(stream));
       if (s == NVJPEG_STATUS_SUCCESS) {
         decoded[k] = 1;
