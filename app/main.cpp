@@ -24,11 +24,11 @@
 #include "app/run/signals.h"
 #include "app/train/trainer.h"
 #include "common/log.h"
-#include "data/detached.h"
+#include "data/loader/detached.h"
 #include "data/error.h"
-#include "data/image_folder.h"
-#include "data/synthetic.h"
-#include "pipeline/options.h"
+#include "data/dataset/image_folder.h"
+#include "data/dataset/synthetic.h"
+#include "pipeline/transfer/options.h"
 
 namespace {
 
@@ -246,7 +246,7 @@ static int exit_code(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int code = exit_code(argc, argv);
   if (pinfeed::data::detached_threads() > 0) {
-    // A worker stuck in a read or decode was left running (data/detached.h): end the process without running
+    // A worker stuck in a read or decode was left running (data/loader/detached.h): end the process without running
     // static destructors under it. Every output was written and synced before this point.
     std::fflush(stdout);
     std::fflush(stderr);

@@ -2,10 +2,9 @@
 // ReLU, forward and backward, one cuDNN kernel each way (channels_last CUDA tensors in bf16 or fp16). No CUDA
 // types here: built without CUDA or cuDNN, fused_batch_norm_unavailable_reason() says so and the call throws.
 //
-// Why not ATen's batch_norm: ATen never picks cuDNN's BatchNorm for bf16 inputs, so a bf16 step runs ATen's own
-// BN kernels, and BN, the residual add and ReLU each make their own passes over memory, forward and backward.
-// cuDNN's NHWC BatchNorm (cudnnBatchNormalizationForwardTrainingEx / BackwardEx) does the three in one kernel,
-// in bf16 and fp16 alike: on the H200, 1.39x the bf16 step and 1.14x the fp16 one (docs/training-step.md).
+// Why not ATen's batch_norm: ATen never picks cuDNN's BatchNorm for bf16 inputs, and BN, the residual add and ReLU
+// each make their own passes over memory; cuDNN's NHWC BatchNorm (cudnnBatchNormalizationForwardTrainingEx /
+// BackwardEx) does the three in one kernel, bf16 and fp16 alike (docs/training-step.md#what-changed-in-the-step).
 #pragma once
 
 #include <torch/nn/modules/batchnorm.h>

@@ -1,9 +1,9 @@
 // ResNet's stem max pool (3x3 window, stride 2, padding 1) in training, by pinfeed's own CUDA kernels
 // (model/cuda/max_pool.cu): the forward keeps each window's argmax as a one-byte offset and the backward gathers,
-// where ATen's NHWC max pool writes int64 indices and its backward scatters into a zero-filled gradient (7% of
-// the fused bf16 step on the H200 for almost no arithmetic). The same values and gradients as ATen's: the same
-// argmax (ties to the first, NaN wins), sums in float32. The fused step runs 5% faster with them on the H200
-// (docs/training-step.md); model.max_pool = "auto" takes them on CUDA with channels_last.
+// where ATen's NHWC max pool writes int64 indices and its backward scatters into a zero-filled gradient: a share
+// of the step for almost no arithmetic (docs/training-step.md#what-changed-in-the-step). The same values and
+// gradients as ATen's: the same argmax (ties to the first, NaN wins), sums in float32. model.max_pool = "auto"
+// takes them on CUDA with channels_last.
 // No CUDA types here: built without CUDA, stem_max_pool_unavailable_reason() says so and the call throws.
 #pragma once
 

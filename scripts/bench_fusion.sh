@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Whether NVIDIA's MLPerf form of the convolution + BatchNorm fusions would pay over pinfeed's fp16 step on this
-# GPU (docs/training-step.md#the-cudnn-frontend-fusions): builds tests/bench_conv_bn_fusion.cu against the cuDNN
+# GPU (docs/training-step.md#the-cudnn-frontend-fusions): builds benchmarks/bench_conv_bn_fusion.cu against the cuDNN
 # frontend's headers and runs it. Writes OUT_DIR/fusion.json (every layer's times), OUT_DIR/fusion.txt (the
 # program's table) and OUT_DIR/fusion.md (the page's tables, by scripts/fusion_table.py).
 #   usage: scripts/bench_fusion.sh OUT_DIR
@@ -25,6 +25,6 @@ cmake -S "$repo" -B "$build" -DPINFEED_CUDNN_FRONTEND_INCLUDE="$include" -DPINFE
 cmake --build "$build" --target bench_conv_bn_fusion
 # The folder's later builds leave the benchmark out again (a minute or two to compile); its executable stays.
 cmake -S "$repo" -B "$build" -DPINFEED_BUILD_FUSION_BENCH=OFF >/dev/null
-"$build/tests/bench_conv_bn_fusion" --batch "${BATCH:-256}" --plans "${PLANS:-8}" --json "$out/fusion.json" |
+"$build/benchmarks/bench_conv_bn_fusion" --batch "${BATCH:-256}" --plans "${PLANS:-8}" --json "$out/fusion.json" |
   tee "$out/fusion.txt"
 python3 "$repo/scripts/fusion_table.py" "$out/fusion.json" | tee "$out/fusion.md"

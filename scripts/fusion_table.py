@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The cuDNN frontend fusions' tables (docs/training-step.md#the-cudnn-frontend-fusions) from the JSON files of
-tests/bench_conv_bn_fusion.cu, as scripts/bench_fusion.sh writes them (fusion.json).
+benchmarks/bench_conv_bn_fusion.cu, as scripts/bench_fusion.sh writes them (fusion.json).
 
     fusion_table.py FUSION.json [MORE.json ...] [--json OUT]
 

@@ -1,5 +1,5 @@
 """scripts/fusion_table.py on the fusion benchmark's raw data kept in docs/: its totals are the program's own
-(per_step_us, the C++ accounting in tests/bench_conv_bn_fusion.cu), the stages add up to them, the earlier
+(per_step_us, the C++ accounting in benchmarks/bench_conv_bn_fusion.cu), the stages add up to them, the earlier
 program's file (without each BN's own backward) gives the fused table alone, and every row of the tables it prints
 is in docs/training-step.md as printed.
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
+#include "data/dataset/dataset.h"
 #include "image_cases.h"
 #include "test_util.h"
 

@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "data/batch_arena.h"
-#include "data/dataset.h"
+#include "data/loader/batch_arena.h"
+#include "data/dataset/dataset.h"
 
 namespace pinfeed::test {
 

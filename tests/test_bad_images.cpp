@@ -18,11 +18,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/dataset.h"
+#include "data/dataset/dataset.h"
 #include "data/error.h"
-#include "data/jpeg_check.h"
-#include "data/jpeg_region.h"
-#include "data/transforms.h"
+#include "data/jpeg/jpeg_check.h"
+#include "data/jpeg/jpeg_region.h"
+#include "data/transform/transforms.h"
 #include "image_cases.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-// Checking the GPU's files ahead of the loader's workers (data/check_ahead.h): the walk's order, each file checked
+// Checking the GPU's files ahead of the loader's workers (data/loader/check_ahead.h): the walk's order, each file checked
 // once, bad files left to load() and recorded once, the same batches as without it, a prompt stop, errors caught.
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 #include <thread>
 #include <tuple>
 
-#include "data/check_ahead.h"
-#include "data/loader.h"
-#include "data/sample_rng.h"
+#include "data/loader/check_ahead.h"
+#include "data/loader/loader.h"
+#include "data/transform/sample_rng.h"
 #include "decode_cases.h"
 #include "encoded_arena.h"
 

@@ -27,7 +27,7 @@
 #include "app/run/checkpoint.h"
 #include "app/step/step_runner.h"
 #include "app/train/evaluate.h"
-#include "data/shard.h"
+#include "data/loader/shard.h"
 #include "rank_process.h"
 #include "test_util.h"
 

@@ -14,9 +14,9 @@
 #include <map>
 
 #include "decode_cases.h"
-#include "pipeline/feeder.h"
-#include "pipeline/gpu.h"
-#include "pipeline/jpeg_decoder.h"
+#include "pipeline/transfer/feeder.h"
+#include "gpu/gpu.h"
+#include "pipeline/decode/jpeg_decoder.h"
 
 namespace pinfeed::pipeline {
 namespace {

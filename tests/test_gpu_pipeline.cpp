@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "data/error.h"
-#include "data/image_folder.h"
-#include "pipeline/feeder.h"
-#include "pipeline/step_meter.h"
+#include "data/dataset/image_folder.h"
+#include "pipeline/transfer/feeder.h"
+#include "pipeline/timing/step_meter.h"
 #include "test_util.h"
 
 namespace pinfeed::pipeline {

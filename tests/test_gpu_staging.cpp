@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "data/error.h"
-#include "data/jpeg_header.h"
+#include "data/jpeg/jpeg_header.h"
 #include "decode_cases.h"
 
 namespace pinfeed::data {

@@ -11,7 +11,7 @@
 #include <set>
 
 #include "app/train/trainer.h"
-#include "pipeline/gpu.h"
+#include "gpu/gpu.h"
 #include "test_util.h"
 
 namespace pinfeed::app {

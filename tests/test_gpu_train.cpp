@@ -16,9 +16,9 @@
 #include "app/plan/datasets.h"
 #include "app/step/step_runner.h"
 #include "app/train/resume.h"
-#include "pipeline/feeder.h"
-#include "pipeline/gpu.h"
-#include "pipeline/jpeg_decoder.h"
+#include "pipeline/transfer/feeder.h"
+#include "gpu/gpu.h"
+#include "pipeline/decode/jpeg_decoder.h"
 #include "test_util.h"
 
 namespace pinfeed::app {

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "data/error.h"
-#include "data/image_folder.h"
+#include "data/dataset/image_folder.h"
 #include "test_util.h"
 
 namespace pinfeed::data {

@@ -9,9 +9,9 @@
 #include <mutex>
 #include <set>
 
-#include "data/detached.h"
+#include "data/loader/detached.h"
 #include "data/error.h"
-#include "data/loader.h"
+#include "data/loader/loader.h"
 #include "test_util.h"
 
 namespace pinfeed::data {

@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "data/error.h"
-#include "data/image_folder.h"
-#include "pipeline/feeder.h"
-#include "pipeline/host_ring.h"
-#include "pipeline/options.h"
-#include "pipeline/step_meter.h"
+#include "data/dataset/image_folder.h"
+#include "pipeline/transfer/feeder.h"
+#include "pipeline/transfer/host_ring.h"
+#include "pipeline/transfer/options.h"
+#include "pipeline/timing/step_meter.h"
 #include "test_util.h"
 
 namespace pinfeed::pipeline {

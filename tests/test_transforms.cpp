@@ -5,9 +5,9 @@
 
 #include <fstream>
 
-#include "data/dataset.h"
-#include "data/jpeg_region.h"
-#include "data/transforms.h"
+#include "data/dataset/dataset.h"
+#include "data/jpeg/jpeg_region.h"
+#include "data/transform/transforms.h"
 #include "test_util.h"
 
 namespace pinfeed::data {

@@ -25,8 +25,8 @@
 
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/synthetic.h"
+#include "data/dataset/dataset.h"
+#include "data/dataset/synthetic.h"
 
 namespace pinfeed::test {
 

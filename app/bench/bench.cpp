@@ -28,7 +28,7 @@
 #include "app/step/step_runner.h"
 #include "app/step/step_trace.h"
 #include "common/log.h"
-#include "data/image_folder.h"
+#include "data/dataset/image_folder.h"
 
 namespace pinfeed::app {
 namespace fs = std::filesystem;
@@ -256,7 +256,7 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
   configure_backend(plan);
   const Datasets sets = open_datasets(plan, /*with_val=*/false);
   if (plan.transform.gpu_decode) {
-    // A file meant for the GPU is checked by libjpeg once per run (data/dataset.h); done here with every core, so
+    // A file meant for the GPU is checked by libjpeg once per run (data/dataset/dataset.h); done here with every core, so
     // that the rows time the steady state a run reaches after its first epoch.
     const auto t0 = std::chrono::steady_clock::now();
     sets.train->check_gpu_files(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));

@@ -5,10 +5,10 @@
 
 #include <memory>
 
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "pipeline/batch_source.h"
-#include "pipeline/host_ring.h"
+#include "data/dataset/dataset.h"
+#include "data/loader/loader.h"
+#include "pipeline/transfer/batch_source.h"
+#include "pipeline/transfer/host_ring.h"
 
 namespace pinfeed::app {
 

@@ -14,11 +14,11 @@
 
 #include "app/optim/lr_schedule.h"
 #include "app/step/step_options.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "data/transforms.h"
+#include "data/dataset/dataset.h"
+#include "data/loader/loader.h"
+#include "data/transform/transforms.h"
 #include "model/batch_norm.h"
-#include "pipeline/options.h"
+#include "pipeline/transfer/options.h"
 
 namespace pinfeed::app {
 

@@ -23,7 +23,7 @@
 #include "app/config/config.h"
 #include "app/config/exit_codes.h"
 #include "common/log.h"
-#include "pipeline/nccl.h"
+#include "gpu/nccl.h"
 
 namespace pinfeed::app {
 namespace {

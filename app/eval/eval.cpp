@@ -15,8 +15,8 @@
 #include "app/train/evaluate.h"
 #include "app/train/resume.h"
 #include "common/log.h"
-#include "data/image_folder.h"
-#include "pipeline/feeder.h"
+#include "data/dataset/image_folder.h"
+#include "pipeline/transfer/feeder.h"
 
 namespace pinfeed::app {
 namespace {

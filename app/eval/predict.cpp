@@ -19,10 +19,10 @@
 #include "app/run/signals.h"
 #include "app/train/resume.h"
 #include "common/log.h"
-#include "data/image_folder.h"
-#include "data/transforms.h"
+#include "data/dataset/image_folder.h"
+#include "data/transform/transforms.h"
 #include "model/resnet.h"
-#include "pipeline/gpu.h"
+#include "gpu/gpu.h"
 
 namespace pinfeed::app {
 namespace fs = std::filesystem;

@@ -1,6 +1,6 @@
 #include "app/plan/datasets.h"
 
-#include "data/image_folder.h"
+#include "data/dataset/image_folder.h"
 
 namespace pinfeed::app {
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "app/plan/plan.h"
-#include "data/dataset.h"
+#include "data/dataset/dataset.h"
 
 namespace pinfeed::app {
 

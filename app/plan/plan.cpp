@@ -11,9 +11,9 @@
 #include "common/log.h"
 #include "model/batch_norm.h"
 #include "model/max_pool.h"
-#include "pipeline/gpu.h"
-#include "pipeline/host_ring.h"
-#include "pipeline/jpeg_decoder.h"
+#include "gpu/gpu.h"
+#include "pipeline/transfer/host_ring.h"
+#include "pipeline/decode/jpeg_decoder.h"
 
 namespace pinfeed::app {
 namespace {

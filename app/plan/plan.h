@@ -9,11 +9,11 @@
 
 #include "app/config/config.h"
 #include "app/dist/distributed.h"
-#include "data/dataset.h"
-#include "data/loader.h"
+#include "data/dataset/dataset.h"
+#include "data/loader/loader.h"
 #include "model/batch_norm.h"
-#include "pipeline/feeder.h"
-#include "pipeline/options.h"
+#include "pipeline/transfer/feeder.h"
+#include "pipeline/transfer/options.h"
 
 namespace pinfeed::app {
 

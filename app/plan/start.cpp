@@ -6,7 +6,7 @@
 
 #include "app/dist/distributed.h"
 #include "app/run/signals.h"
-#include "pipeline/gpu.h"
+#include "gpu/gpu.h"
 
 namespace pinfeed::app {
 namespace {

@@ -16,8 +16,8 @@
 
 #include "app/run/run_files.h"
 #include "app/run/run_record.h"
-#include "data/dataset.h"
-#include "pipeline/step_meter.h"
+#include "data/dataset/dataset.h"
+#include "pipeline/timing/step_meter.h"
 
 namespace pinfeed::app {
 

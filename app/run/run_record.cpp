@@ -14,7 +14,7 @@
 #include "app/config/config.h"
 #include "app/run/metrics.h"
 #include "app/run/run_files.h"
-#include "pipeline/gpu.h"
+#include "gpu/gpu.h"
 
 // Set by app/CMakeLists.txt when configuring: the project's version, and the commit of the checkout it was
 // configured in (absent outside a git checkout).

@@ -20,7 +20,7 @@
 
 #include "app/config/config.h"
 #include "data/error.h"
-#include "data/transforms.h"
+#include "data/transform/transforms.h"
 
 namespace pinfeed::app {
 namespace {

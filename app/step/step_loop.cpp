@@ -5,7 +5,7 @@
 
 #include "app/run/signals.h"
 #include "app/step/step_trace.h"
-#include "pipeline/gpu.h"
+#include "gpu/gpu.h"
 
 namespace pinfeed::app {
 namespace {

@@ -7,8 +7,8 @@
 #include <functional>
 
 #include "app/dist/distributed.h"
-#include "pipeline/batch_source.h"
-#include "pipeline/step_meter.h"
+#include "pipeline/transfer/batch_source.h"
+#include "pipeline/timing/step_meter.h"
 
 namespace pinfeed::app {
 

@@ -1,7 +1,7 @@
 // Each step's training loss and lr for steps.jsonl, read without making the host wait for the GPU: the losses
 // stay in a device tensor (one slot per step of the epoch, written on the compute stream), and once a batch of
 // steps has gathered they are copied to the host in one asynchronous copy followed by an event. A step's row
-// is handed out when both its meter record (pipeline/step_meter.h, itself a few steps late) and its loss are
+// is handed out when both its meter record (pipeline/timing/step_meter.h, itself a few steps late) and its loss are
 // on the host.
 #pragma once
 
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "app/run/run_outputs.h"
-#include "pipeline/gpu.h"
-#include "pipeline/step_meter.h"
+#include "gpu/gpu.h"
+#include "pipeline/timing/step_meter.h"
 
 namespace pinfeed::app {
 

@@ -17,7 +17,7 @@
 #include "app/optim/sgd.h"
 #include "app/step/step_options.h"
 #include "model/resnet.h"
-#include "pipeline/gpu.h"
+#include "gpu/gpu.h"
 
 namespace pinfeed::app {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "app/config/config.h"
-#include "pipeline/step_meter.h"
+#include "pipeline/timing/step_meter.h"
 
 namespace pinfeed::app {
 

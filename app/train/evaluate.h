@@ -6,7 +6,7 @@
 #include "app/dist/distributed.h"
 #include "app/run/signals.h"
 #include "app/step/step_runner.h"
-#include "pipeline/batch_source.h"
+#include "pipeline/transfer/batch_source.h"
 
 namespace pinfeed::app {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <optional>
 
-#include "pipeline/gpu.h"
+#include "gpu/gpu.h"
 
 namespace pinfeed::app {
 

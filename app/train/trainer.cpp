@@ -29,7 +29,7 @@
 #include "app/train/resume.h"
 #include "common/log.h"
 #include "data/error.h"
-#include "pipeline/feeder.h"
+#include "pipeline/transfer/feeder.h"
 
 namespace pinfeed::app {
 namespace {

@@ -25,7 +25,7 @@ namespace {
   } while (0)
 
 // The spatial mode with cuDNN's NHWC kernels for half-precision tensors (one "semiPersist" kernel per call in a
-// trace on the H200). The plain spatial mode was not measured.
+// trace). The plain spatial mode was not measured.
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 
 class TensorDesc {

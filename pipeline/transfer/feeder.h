@@ -1,0 +1,122 @@
+// Feeder: the loader, its host ring and the host-to-device step, in whichever transfer mode was asked for.
+// The trainer only calls next(); the mode decides how the batch got there.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "data/loader/loader.h"
+#include "pipeline/transfer/batch_source.h"
+#include "gpu/gpu.h"
+#include "pipeline/transfer/host_ring.h"
+#include "pipeline/decode/jpeg_decoder.h"
+#include "pipeline/transfer/options.h"
+#include "pipeline/timing/step_meter.h"
+
+namespace pinfeed::pipeline {
+
+struct FeederOptions {
+  c10::Device device = c10::Device(c10::kCPU);
+  std::optional<c10::Stream> compute_stream;  // CUDA: the stream the batches are consumed on (required)
+  bool channels_last = false;
+  // The model's input from uint8 pixels (pipeline.transfer_dtype = "uint8", or the GPU decoder): its type, and 3
+  // channels or 4 (RGB and a zero channel: model/resnet.h). float16 saves autocast's cast of a float32 batch.
+  c10::ScalarType input_dtype = c10::kFloat;
+  int64_t input_channels = 3;
+};
+
+// dual_stream on CUDA: a copier thread of the Feeder's own takes each batch from the loader as soon as it is
+// decoded and issues its copy (and, for uint8, its normalisation) on a copy stream, up to kDeviceAhead batches
+// ahead; next() on the training thread only takes a ready batch and makes the compute stream wait for it.
+// At an epoch's end the copier carries on into the next epoch's first batches (as the loader's workers do,
+// LoaderOptions::continue_into_next_epoch): with the GPU decoder, a batch's decode is the copier's work, and an epoch
+// that began with nothing copied made the GPU wait for a whole decode at every epoch boundary.
+// Issuing a copy is driver and allocator work, dearer next to busy decode workers: kept off the thread that
+// launches the GPU's kernels (docs/transfer-modes.md#where-the-wait-went).
+// A stuck sample or a stop asked for never leaves next() waiting: in every mode it throws what the loader throws
+// (data::StuckSample after loader_options.sample_timeout_s, data::Interrupted once loader_options.stop_requested()
+// is true), from the copier's loader.next() in dual_stream as from its own. Like a worker's error, either ends the
+// epoch for the copier: start_epoch() to go on.
+class Feeder : public BatchSource {
+ public:
+  static constexpr int kDeviceAhead = 2;  // dual_stream: batches copied to the device ahead of the current one
+
+  Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
+         PipelineOptions options, FeederOptions feeder_options);
+  // Bounded, also with a worker stuck: the copier leaves its wait on the loader within data::kStopPoll, and the
+  // loader leaves a stuck worker running (data::Loader::~Loader).
+  ~Feeder() override;
+
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
+  std::optional<DeviceBatch> next() override;
+  int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+
+  const PipelineOptions& options() const { return options_; }  // what really runs (after any fallback)
+  std::string mode() const { return mode_name(options_); }
+  int64_t pinned_bytes() const { return ring_->pinned() ? ring_->bytes() : 0; }
+  int64_t host_ring_bytes() const { return ring_->bytes(); }
+  int workers() const { return loader_->workers(); }
+  const data::Loader& loader() const { return *loader_; }
+  const HostRing& ring() const { return *ring_; }
+  // The GPU decoder's counts (data.decoder = "nvjpeg"), nullopt when the CPU decodes.
+  std::optional<gpu::JpegDecodeStats> decode_stats() const;
+
+ private:
+  struct Copied {  // one item of the copier's queue; no batch and no error: the epoch is over
+    int64_t epoch = 0;
+    std::optional<DeviceBatch> batch;
+    std::shared_ptr<gpu::Event> ready;  // on the copy stream, after the copy and normalisation
+    std::exception_ptr error;
+  };
+
+  void make_ring(const data::Dataset& dataset, int64_t batch_size, int slots);
+  std::optional<DeviceBatch> transfer(const c10::Stream* stream);  // loader.next() + copy (+ normalise)
+  at::Tensor to_model_layout(at::Tensor images) const;
+  void copier_loop();
+  void start_copier_epoch(int64_t epoch, int64_t first_batch);
+  int batches_copied_locked() const;  // in the queue, end-of-epoch markers not counted
+  std::optional<DeviceBatch> next_copied();  // timing.loader_ms: time blocked because nothing was copied yet
+  // Waits on cv_ until ready(), in slices of data::kStopPoll: throws data::Interrupted once stop_requested_().
+  template <class Ready>
+  void wait_locked(std::unique_lock<std::mutex>& lock, Ready ready);
+
+  PipelineOptions options_;
+  FeederOptions feeder_options_;
+  bool cuda_ = false;
+  std::unique_ptr<HostRing> ring_;
+  std::unique_ptr<data::Loader> loader_;
+  std::optional<data::Batch> held_;  // CPU: batch in use by the model, recycled at the next call
+  gpu::EventPool events_;
+  at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
+  std::unique_ptr<gpu::JpegDecoder> decoder_;  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
+  std::function<bool()> stop_requested_;  // the caller's (LoaderOptions::stop_requested), or empty
+  // Set by the destructor: the loader's waits end then too (its stop_requested is this or the caller's).
+  std::atomic<bool> closing_{false};
+
+  // dual_stream copier
+  std::optional<c10::Stream> copy_stream_;
+  std::thread copier_;
+  std::mutex mutex_;  // guards the fields below
+  std::condition_variable cv_;
+  std::deque<Copied> copied_;
+  int64_t epoch_ = -1;        // the epoch next() hands out
+  bool epoch_over_ = false;   // next() has returned its end
+  int64_t copy_epoch_ = -1;   // the epoch the copier is in (epoch_, or epoch_ + 1 once it carried on)
+  bool copying_ = false;      // the copier has batches left to copy
+  bool busy_ = false;         // the copier is inside transfer() (or starting the next epoch)
+  bool stop_ = false;
+};
+
+}  // namespace pinfeed::pipeline
