@@ -215,7 +215,7 @@ class ConvStatsCache {
 };
 
 ConvStatsCache& conv_stats_cache() {
-  static ConvStatsCache* c = new ConvStatsCache();  // never destroyed: graphs must not outlive cuDNN at exit
+  static ConvStatsCache* c = new ConvStatsCache();  // never destroyed, as the graph BatchNorm's cache
   return *c;
 }
 
