@@ -110,7 +110,7 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   loop.stream = row.plan.compute_stream;
   loop.trace = trace;
   loop.trace_offset = -a.warmup;  // --trace-steps counts the timed steps
-  const double lr = row.plan.schedule.lr;
+  const double lr = row.plan.schedule.peak_lr();
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
   data::LoaderOptions loader = row.plan.train_loader;

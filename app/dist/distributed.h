@@ -1,7 +1,4 @@
-// Data parallelism on PyTorch's own engine: one process per GPU, started by torchrun (or srun/mpirun with
-// MASTER_ADDR/MASTER_PORT set), meeting through a c10d::TCPStore, talking through c10d's NCCL backend on CUDA
-// and Gloo on the CPU. With none of the launcher's variables set, world size is 1 and nothing here runs a
-// collective.
+// The group of ranks a data-parallel run trains with: joining it, its collectives, and who failed first.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,13 +6,14 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "app/dist/dist_env.h"
+#include "app/dist/watchdog.h"
 
 namespace pinfeed::app {
 
@@ -25,29 +23,10 @@ class PeerFailed : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Where this process sits, from the launcher's environment.
-struct DistEnv {
-  int rank = 0, world = 1;              // RANK, WORLD_SIZE (SLURM_PROCID/NTASKS, OMPI_COMM_WORLD_*)
-  int local_rank = 0, local_world = 1;  // LOCAL_RANK, LOCAL_WORLD_SIZE: this host's share
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  bool agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: torchrun hosts the store, every rank is a client
-  std::string restart = "0";  // TORCHELASTIC_RESTART_COUNT: keys of an earlier attempt are never read
-};
-// Throws ConfigError for a partial or malformed set of variables.
-DistEnv dist_env_from_environment();
-
-// How ranks learn that another is gone. Every rank bumps a heartbeat key in the store from a thread of its own;
-// rank 0 watches every rank's, every other rank watches rank 0's and the store itself (rank 0 serves it, so a
-// dead rank 0 shows as a store that closed, a stopped one as a store whose calls no longer return). A heartbeat that has not moved for kStaleAfter names its rank as
-// stopped answering: the thread is independent of the training thread, so a long step, an evaluation or a
-// checkpoint never stops it; only a dead, stopped (SIGSTOP) or swapped-out process does.
-constexpr std::chrono::milliseconds kHeartbeatEvery{500};
-constexpr std::chrono::seconds kStaleAfter{10};
-// After a collective failed on this rank (Gloo sees a peer's closed connection at once), a peer is judged on a
-// shorter silence: the failure already says something is wrong, the heartbeat only says who.
-constexpr std::chrono::seconds kStaleAfterFailure{3};
-
+// Data parallelism on PyTorch's own engine: one process per GPU, started by torchrun (or srun/mpirun with
+// MASTER_ADDR/MASTER_PORT set), meeting through a c10d::TCPStore, talking through c10d's NCCL backend on CUDA
+// and Gloo on the CPU. With none of the launcher's variables set, world size is 1 and nothing here runs a
+// collective.
 class Distributed {
  public:
   // Joins the group; world 1: no group at all. backend: "nccl" or "gloo".
@@ -103,39 +82,14 @@ class Distributed {
                                           std::chrono::milliseconds timeout) const;
   void connect_main_store(Clock::time_point deadline);
   void join(Clock::time_point deadline);
-  void watch_peers();
-  void watch_store();  // alarm_
-  bool hosts_store() const { return env_.rank == 0 && !env_.agent_store; }
-  std::string who(int rank) const;  // "rank R (host H, pid P)"
-  std::string store_gone() const;   // why a non-zero rank's store calls fail: the rank serving it is gone
-  // Prints `line` and ends the process with exit 5, unless the training thread is already stopping.
-  void stop_for_peer(const std::string& line, const std::vector<int>& dead);
-  // Rank 0, serving the store: waits until every other rank has left or been silent for `silent` (except
-  // `dead`), at most `bound`, so that none of them sees the store vanish before it has read why the run stops
-  // (or, at the end of a run, before it has finished).
-  void wait_for_others_to_leave(c10d::Store& store, const std::vector<int>& dead, std::chrono::milliseconds bound,
-                                std::chrono::milliseconds silent);
-  void leave(c10d::Store& store) noexcept;
-  void stop_watcher() noexcept;
   std::string failure_of_peer(const std::exception& error);  // "" unless another rank failed first
 
   DistEnv env_;
   c10::Device device_;
   std::chrono::seconds timeout_{0};
-  c10::intrusive_ptr<c10d::Store> store_, watch_store_;
+  c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
-  std::vector<std::string> who_;  // each rank's "host H, pid P", filled once every rank has joined
-  std::thread watcher_;  // beats this rank's heartbeat; exits this process (code 5) when another rank is gone
-  // A store call does not time out when the process serving the store is stopped rather than dead (its socket
-  // stays open): this thread ends the process when the watcher's calls have not returned for kStaleAfter.
-  std::thread alarm_;
-  std::atomic<int64_t> store_answered_{0};  // Clock ticks of the watcher's last store call that returned
-  std::atomic<bool> stop_watch_{false};
-  std::atomic<bool> joined_{false};   // every rank has arrived: the watcher may judge heartbeats
-  std::atomic<bool> leaving_{false};  // this rank is done with the group: heartbeats only, no judging
-  std::atomic<bool> collective_failed_{false};  // judge on kStaleAfterFailure
-  std::atomic<bool> stopping_{false};   // one thread handles the stop
-  std::atomic<bool> announced_{false};  // and one line says why
+  PeerWatchdog watchdog_{env_};  // after env_, which it copies
 };
 
 template <class F>

@@ -1,6 +1,4 @@
-// `pinfeed train`: the epoch loop. Each concern it uses has its own file: plan.h (config -> options, device),
-// datasets.h, step_runner.h (forward/backward/optimizer, CUDA graph), step_loop.h (the step loop bench shares),
-// lr_schedule.h, evaluate.h, run_outputs.h, resume.h (checkpoint glue), progress.h, loss_meter.h, signals.h.
+// `pinfeed train`: the whole run, from its run folder through the epochs to the last checkpoint.
 #pragma once
 
 #include <cstdint>

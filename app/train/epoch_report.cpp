@@ -1,0 +1,117 @@
+// The opening line, the progress line and each epoch's report of pinfeed train.
+#include "app/train/epoch_report.h"
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "app/config/format.h"
+#include "app/train/progress.h"
+#include "common/log.h"
+
+namespace pinfeed::app {
+namespace {
+
+// An accuracy (a fraction, as the files hold it) as the log line shows it: "67.10%".
+std::string percent(double fraction) { return std::isnan(fraction) ? "n/a" : fixed(100 * fraction, 2) + "%"; }
+
+}  // namespace
+
+RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
+  const std::vector<double> all = dist.all_gather({t.samples_per_s, t.wait_ms.mean, t.gpu_idle});
+  RankSpread s;
+  s.world = dist.world();
+  s.global_samples_per_s = 0;
+  s.samples_per_s_min = s.wait_min = s.idle_min = INFINITY;
+  s.samples_per_s_max = s.wait_max = s.idle_max = -INFINITY;
+  for (size_t r = 0; r < all.size(); r += 3) {
+    s.global_samples_per_s += all[r];
+    s.samples_per_s_min = std::min(s.samples_per_s_min, all[r]);
+    s.samples_per_s_max = std::max(s.samples_per_s_max, all[r]);
+    s.wait_min = std::min(s.wait_min, all[r + 1]);
+    s.wait_max = std::max(s.wait_max, all[r + 1]);
+    s.idle_min = std::min(s.idle_min, all[r + 2]);  // NaN on the CPU stays NaN in JSON below
+    s.idle_max = std::max(s.idle_max, all[r + 2]);
+  }
+  if (std::isnan(t.gpu_idle)) s.idle_min = s.idle_max = NAN;
+  return s;
+}
+
+void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& sets, const pipeline::Feeder& feed,
+                  int64_t steps_per_epoch, bool graphed, const Distributed& dist) {
+  log::info("run " + run_dir + ": " + std::to_string(sets.train->size()) + " train images, " +
+            std::to_string(sets.num_classes) + " classes, device " + plan.device.str() + ", mode " +
+            feed.mode() + " (transfer " + pipeline::to_string(plan.pipeline.transfer_dtype) + "), " +
+            count_of(feed.workers(), "worker") +
+            (plan.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch) +
+            " steps/epoch, precision " + name_of(plan.step.precision) + (plan.step.precision == Precision::kFp16 ? " (loss scaling)" : "") +
+            (plan.step.net.fused_bn ? ", fused BatchNorm (cuDNN)" : "") +
+            (plan.step.net.bn_graph == model::GraphBatchNorm::kSmall ? std::string(" (graph API at 14x14 and smaller)")
+             : plan.step.net.bn_graph == model::GraphBatchNorm::kAll ? std::string(" (graph API)")
+             : plan.step.net.bn_graph == model::GraphBatchNorm::kConv
+                 ? std::string(" (graph API at 14x14 and smaller; each conv3 writes its BN's statistics)")
+                 : std::string()) + (plan.step.net.stem_max_pool ? ", pinfeed's max pool" : "") +
+            (plan.step.net.fold_grad_add ? ", gradient sums in GEMMs" : "") + (graphed ? ", CUDA graph" : "") +
+            (dist.active() ? ", " + std::to_string(dist.world()) + " ranks (global batch " +
+                                  std::to_string(plan.train_loader.batch_size * dist.world()) + ")"
+                            : "") +
+            ", peak lr " + fmt_ms(plan.schedule.peak_lr()));
+}
+
+std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& p, int64_t steps_per_epoch,
+                          double rate, double loss) {
+  const double left = (steps_per_epoch - p.step + (plan.schedule.epochs - epoch - 1) * steps_per_epoch);
+  std::ostringstream line;
+  line << "epoch " << epoch + 1 << "/" << plan.schedule.epochs << " step " << p.step << "/" << steps_per_epoch
+       << " | " << static_cast<int64_t>(rate) << " samples/s | loss " << fmt_ms(loss) << " | lr "
+       << p.lr << " | ETA " << eta_text(left * plan.train_loader.batch_size / rate);
+  return line.str();
+}
+
+void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& feed, const EpochResult& er,
+                  const EpochProgress& p, const RankSpread& ranks) {
+  const pipeline::EpochTiming& t = p.timing;
+  out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"train_loss", num_or_null(er.train_loss)},
+             {"val_loss", num_or_null(er.val_loss)}, {"val_top1", num_or_null(er.val_top1)},
+             {"val_top5", num_or_null(er.val_top5)}, {"samples_per_s", num_or_null(t.samples_per_s)},
+             {"epoch_s", er.epoch_seconds}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
+             {"wait_ms_mean", num_or_null(t.wait_ms.mean)}, {"wait_ms_p50", num_or_null(t.wait_ms.p50)},
+             {"wait_ms_p95", num_or_null(t.wait_ms.p95)}, {"loader_ms_mean", num_or_null(t.loader_ms.mean)},
+             {"ahead_ms_mean", num_or_null(t.ahead_ms.mean)}, {"h2d_ms_mean", num_or_null(t.h2d_ms.mean)},
+             {"compute_ms_mean", num_or_null(t.compute_ms.mean)}, {"gpu_idle", num_or_null(t.gpu_idle)},
+             {"mode", feed.mode()},
+             {"pinned_mb", static_cast<double>(feed.pinned_bytes()) / (1 << 20)}, {"host_rss_mb", host_rss_mb()},
+             {"workers", feed.workers()}, {"bad_images", p.bad_images}, {"world_size", ranks.world},
+             {"global_samples_per_s", num_or_null(ranks.global_samples_per_s)},
+             {"samples_per_s_min", num_or_null(ranks.samples_per_s_min)},
+             {"samples_per_s_max", num_or_null(ranks.samples_per_s_max)},
+             {"wait_ms_mean_min", num_or_null(ranks.wait_min)}, {"wait_ms_mean_max", num_or_null(ranks.wait_max)},
+             {"gpu_idle_min", num_or_null(ranks.idle_min)}, {"gpu_idle_max", num_or_null(ranks.idle_max)},
+             {"loss_scale", num_or_null(p.loss_scale)}, {"skipped_steps", p.skipped_steps}});
+  std::ostringstream line;
+  line.precision(4);
+  line << "epoch " << er.epoch << "/" << plan.schedule.epochs << ": train_loss " << er.train_loss << " val_loss "
+       << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5) << " | " << t.samples_per_s
+       << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
+       << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " (loader " << fmt_ms(t.loader_ms.mean)
+       << ") | ahead ms " << fmt_ms(t.ahead_ms.mean) << " | h2d ms " << fmt_ms(t.h2d_ms.mean)
+       << " | GPU idle " << (std::isnan(t.gpu_idle) ? std::string("n/a") : fmt_ms(100 * t.gpu_idle) + "%")
+       << " | mode " << feed.mode() << ", pinned " << feed.pinned_bytes() / (1 << 20) << " MB, RSS "
+       << static_cast<int64_t>(host_rss_mb()) << " MB"
+       << (p.bad_images ? ", bad image files " + std::to_string(p.bad_images) + " (bad_images.tsv)" : "");
+  if (!std::isnan(p.loss_scale)) {
+    line << " | loss scale " << p.loss_scale << ", " << p.skipped_steps << " step(s) skipped for overflow";
+  }
+  if (const auto d = feed.decode_stats()) line << " | nvJPEG since the start: " << gpu::describe(*d);
+  if (ranks.world > 1) {
+    line << " | " << ranks.world << " ranks: " << static_cast<int64_t>(ranks.global_samples_per_s)
+         << " samples/s in all, per rank " << static_cast<int64_t>(ranks.samples_per_s_min) << "-"
+         << static_cast<int64_t>(ranks.samples_per_s_max) << ", wait ms " << fmt_ms(ranks.wait_min) << "-"
+         << fmt_ms(ranks.wait_max) << ", GPU idle "
+         << (std::isnan(ranks.idle_max) ? std::string("n/a")
+                                        : fmt_ms(100 * ranks.idle_min) + "-" + fmt_ms(100 * ranks.idle_max) + "%");
+  }
+  log::info(line.str());
+}
+
+}  // namespace pinfeed::app

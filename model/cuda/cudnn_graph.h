@@ -1,0 +1,50 @@
+// What the two cuDNN graph routes (batch_norm_graph.cpp, conv_bn_add_relu.cpp) share: the frontend and its helpers.
+#pragma once
+
+// The frontend resolves cuDNN, the CUDA runtime and (for engines pinfeed never asks for) the driver and NVRTC
+// through dlsym at run time: linking libcuda would stop pinfeed from starting on machines without a driver.
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#define CUDNN_FRONTEND_SKIP_JSON_LIB  // no serialisation: it would need nlohmann-json in these files' compile
+#include <cudnn_frontend.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace pinfeed::model::detail::graph {
+
+namespace fe = cudnn_frontend;
+using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
+using VariantPack = std::unordered_map<TensorAttr, void*>;
+
+void check(fe::error_t status, const char* what);  // TORCH_CHECK with cuDNN's message
+// Builds the graph's plan: cuDNN's heuristics, then its fallback list; the first plan that builds is kept.
+void build(fe::graph::Graph& g, cudnnHandle_t handle);
+fe::DataType_t io_type(at::ScalarType t);  // bf16 or fp16, else TORCH_CHECK fails
+// (N, C, H, W) in NHWC memory: what channels_last is.
+TensorAttr nhwc(fe::graph::Graph& g, const char* name, const at::Tensor& x, fe::DataType_t type);
+TensorAttr per_channel(fe::graph::Graph& g, const char* name, int64_t c);  // (1, C, 1, 1) float32
+void start(fe::graph::Graph& g, at::ScalarType dtype);  // io dtype; intermediates and compute in float32
+// Runs `build`; "" if it returned, else why not: an older cuDNN, a shape no engine takes, a symbol the frontend
+// did not find.
+std::string attempt(const std::function<void()>& build);
+cudnnHandle_t handle_on(const at::Tensor& x);  // this thread's cuDNN handle, on x's current stream
+at::Tensor bytes(int64_t n, const at::Tensor& like);  // at least one byte, on like's device
+void execute(fe::graph::Graph& g, cudnnHandle_t handle, VariantPack& pack, int64_t workspace_bytes,
+             const at::Tensor& like);
+
+// The graph BatchNorm's backward: dz = dy * mask (the ReLU's; also the residual's gradient), then BN's backward.
+struct Backward {
+  fe::graph::Graph graph;
+  TensorAttr dy, x, mask, gamma, mean, inv_std, dz, dx, dgamma, dbeta;
+  int64_t workspace = 0;
+};
+// The process's backward graph for x's shape and dtype, the residual, momentum, epsilon and this handle, built
+// on first use and kept; throws where cuDNN cannot build it.
+Backward& graph_backward(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle);
+
+}  // namespace pinfeed::model::detail::graph
