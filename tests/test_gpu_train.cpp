@@ -72,7 +72,7 @@ TEST(GpuTrain, CudaGraphIsCapturedWhileTheCopierDecodesWithNvjpeg) {
                                "gpu_graph_nvjpeg.toml");
   };
   const Plan graph_plan = resolve_plan(make_config(true));
-  ASSERT_TRUE(graph_plan.transform.gpu_decode && graph_plan.cuda_graph);
+  ASSERT_TRUE(graph_plan.transform.gpu_decode && graph_plan.step.cuda_graph);
   const Datasets sets = open_datasets(graph_plan, false);
   StepRunner eager(resolve_plan(make_config(false)).step, sets.num_classes);
   StepRunner graphed(graph_plan.step, sets.num_classes);
@@ -205,9 +205,9 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
     SCOPED_TRACE(std::string(precision) + " " + model_keys);
     const Plan fused_plan = resolve_plan(config(false, precision, model_keys));
     const Plan unfused_plan = resolve_plan(config(false, precision, "[model]\nfused_bn = \"off\"\n"));
-    ASSERT_TRUE(fused_plan.fused_bn);
-    ASSERT_EQ(fused_plan.bn_graph, bn_graph) << pinfeed::model::to_string(fused_plan.bn_graph);
-    ASSERT_FALSE(unfused_plan.fused_bn);
+    ASSERT_TRUE(fused_plan.step.net.fused_bn);
+    ASSERT_EQ(fused_plan.step.net.bn_graph, bn_graph) << pinfeed::model::to_string(fused_plan.step.net.bn_graph);
+    ASSERT_FALSE(unfused_plan.step.net.fused_bn);
     // same seed: same initial weights
     StepRunner fused(fused_plan.step, 10), unfused(unfused_plan.step, 10);
     auto statistics = [](StepRunner& r) {
@@ -246,7 +246,7 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
       curves += " " + std::to_string(mean(losses[0], s)) + "/" + std::to_string(mean(losses[1], s));
       EXPECT_NEAR(mean(losses[1], s), mean(losses[0], s), 0.1 * mean(losses[0], s)) << "steps " << s << "-" << s + 19;
     }
-    std::cout << precision << " (" << pinfeed::model::to_string(fused_plan.bn_graph) << ") 20-step mean losses, unfused/fused:"
+    std::cout << precision << " (" << pinfeed::model::to_string(fused_plan.step.net.bn_graph) << ") 20-step mean losses, unfused/fused:"
               << curves << "\n";
   }
   for (const std::string& w : warnings.seen) {

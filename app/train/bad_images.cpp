@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/log.h"
-#include "data/dataset.h"
+#include "data/dataset/dataset.h"
 
 namespace pinfeed::app {
 namespace {

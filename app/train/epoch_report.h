@@ -10,7 +10,7 @@
 #include "app/plan/plan.h"
 #include "app/run/run_outputs.h"
 #include "app/train/trainer.h"
-#include "pipeline/feeder.h"
+#include "pipeline/transfer/feeder.h"
 
 namespace pinfeed::app {
 
