@@ -270,6 +270,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
                 "with data.decoder = \"nvjpeg\": the GPU decodes to uint8 and normalises there");
     }
     uint8_pixels = true;
+    p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
   }
   p.transform.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
 
