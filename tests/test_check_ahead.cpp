@@ -28,7 +28,7 @@ namespace {
 struct Loaded {
   int bad = 0;
   int64_t label = -1;
-  GpuDecode kind = GpuDecode::kNone;
+  JpegRoute kind = JpegRoute::kCpu;
   int x = 0, y = 0, w = 0, h = 0;
   bool flip = false;
   int reduction = 0;
@@ -42,7 +42,7 @@ struct Loaded {
 
 Loaded loaded(int bad, int64_t label, const EncodedImage& e, const uint8_t* pixels, size_t image_bytes) {
   Loaded l{bad, label, e.kind, e.box.x, e.box.y, e.box.w, e.box.h, e.box.flip, e.reduction, e.bytes.size(), {}};
-  if (e.kind == GpuDecode::kNone) l.pixels.assign(pixels, pixels + image_bytes);
+  if (e.kind == JpegRoute::kCpu) l.pixels.assign(pixels, pixels + image_bytes);
   return l;
 }
 

@@ -32,7 +32,7 @@ const c10::Device kCuda(c10::kCUDA, 0);
 // shrinks by a DCT scale the GPU averages blocks; on smooth images that is about one level.
 constexpr double kMaxMeanAbsDiff = 3.0;
 
-TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
+TEST(JpegRoute, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
   SKIP_WITHOUT_NVJPEG();
   const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/false);
   const data::ImageFolder folder = test::write_folder("gpu_decode_pixels", files);
@@ -61,7 +61,7 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
         // The samples the CPU decoded cross as they are; the decoder writes every sample of `out` (NaN first).
         at::Tensor pixels = at::full({n, o.size, o.size, 3}, 7, at::TensorOptions().dtype(at::kByte).device(kCuda));
         for (int64_t i = 0; i < n; ++i) {
-          if (encoded[i].kind == data::GpuDecode::kNone) {
+          if (encoded[i].kind == data::JpegRoute::kCpu) {
             pixels[i].copy_(at::from_blob(staged.data() + i * bytes, {o.size, o.size, 3}, at::kByte));
           }
         }
@@ -92,7 +92,7 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
                       train ? "train" : "val", crop_decode, encoded[i].reduction, static_cast<int>(encoded[i].kind),
                       mad, worst);
           EXPECT_LE(mad, kMaxMeanAbsDiff) << files[i].name << (train ? ", train" : ", val") << ", epoch " << epoch;
-          if (encoded[i].kind == data::GpuDecode::kNone) {
+          if (encoded[i].kind == data::JpegRoute::kCpu) {
             EXPECT_EQ(worst, 0) << files[i].name << ": the CPU's pixels, only normalised";
           }
         }
@@ -166,12 +166,12 @@ void expect_gpu_decoding_feeder_matches_the_cpu_one(bool pad) {
   }
 }
 
-TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
+TEST(JpegRoute, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
   SKIP_WITHOUT_NVJPEG();
   expect_gpu_decoding_feeder_matches_the_cpu_one(false);
 }
 
-TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersPaddedFloat16Batches) {
+TEST(JpegRoute, FeederDecodingOnTheGpuGivesTheCpuFeedersPaddedFloat16Batches) {
   SKIP_WITHOUT_NVJPEG();
   expect_gpu_decoding_feeder_matches_the_cpu_one(true);
 }

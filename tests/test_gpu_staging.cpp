@@ -9,17 +9,17 @@
 namespace pinfeed::data {
 namespace {
 
-GpuDecode kind_of(const test::Bytes& bytes) {
+JpegRoute kind_of(const test::Bytes& bytes) {
   JpegInfo info;
-  if (!parse_jpeg_info(bytes.data(), bytes.size(), &info, /*count_scans=*/true)) return GpuDecode::kNone;
+  if (!parse_jpeg_info(bytes.data(), bytes.size(), &info, /*count_scans=*/true)) return JpegRoute::kCpu;
   return gpu_decode_for(info, 0);
 }
 
 TEST(JpegHeader, EachKindOfFileGoesToTheDecoderThatTakesIt) {
   for (const test::NamedFile& f : test::decode_cases(false)) {
-    GpuDecode want = GpuDecode::kHardware;
-    if (f.name.rfind("progressive", 0) == 0) want = GpuDecode::kHybrid;
-    if (f.name == "cmyk" || f.name == "png") want = GpuDecode::kNone;
+    JpegRoute want = JpegRoute::kHardware;
+    if (f.name.rfind("progressive", 0) == 0) want = JpegRoute::kHybrid;
+    if (f.name == "cmyk" || f.name == "png") want = JpegRoute::kCpu;
     EXPECT_EQ(kind_of(f.bytes), want) << f.name;
   }
   JpegInfo info;
@@ -29,21 +29,21 @@ TEST(JpegHeader, EachKindOfFileGoesToTheDecoderThatTakesIt) {
   EXPECT_EQ(info.height, 48);
   EXPECT_EQ(info.components, 3);
   EXPECT_EQ(info.sampling[0], 0x22);  // OpenCV writes 4:2:0
-  EXPECT_EQ(gpu_decode_for(info, 64 * 48 - 1), GpuDecode::kNone);  // over the GPU's pixel bound: the CPU
+  EXPECT_EQ(gpu_decode_for(info, 64 * 48 - 1), JpegRoute::kCpu);  // over the GPU's pixel bound: the CPU
   EXPECT_FALSE(parse_jpeg_info(jpg.data(), 20, &info));  // cut before the frame header
 
   // What the hardware engines do not take (nvjpeg.h: baseline, single scan), and what libjpeg reads as RGB.
   const cv::Mat img = test::smooth_image(64, 48, 3);
-  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kMultiScan)), GpuDecode::kHybrid);
-  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kExtended)), GpuDecode::kHybrid);
-  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kRgb)), GpuDecode::kNone);
-  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::k444)), GpuDecode::kHardware);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kMultiScan)), JpegRoute::kHybrid);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kExtended)), JpegRoute::kHybrid);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::kRgb)), JpegRoute::kCpu);
+  EXPECT_EQ(kind_of(test::encode_libjpeg(img, test::Libjpeg::k444)), JpegRoute::kHardware);
   test::Bytes ff01 = jpg;  // a TEM marker (no length) after SOI: libjpeg and both header readers skip it
   ff01.insert(ff01.begin() + 2, {0xFF, 0x01});
   int w = 0, h = 0;
   ASSERT_TRUE(peek_image_size(ff01.data(), ff01.size(), &w, &h));
   EXPECT_EQ(w, 64);
-  EXPECT_EQ(kind_of(ff01), GpuDecode::kHardware);
+  EXPECT_EQ(kind_of(ff01), JpegRoute::kHardware);
 }
 
 // uint8 pixels (what the GPU path needs), decoded on the GPU or not.
@@ -62,7 +62,7 @@ std::vector<uint8_t> staged_pixels(const Dataset& ds, int64_t index, uint64_t se
   std::vector<uint8_t> pixels(ds.image_bytes(), 0);
   DecodeScratch scratch;
   *bad = ds.load(index, seed, epoch, pixels.data(), label, scratch, encoded);
-  if (encoded->kind != GpuDecode::kNone) {
+  if (encoded->kind != JpegRoute::kCpu) {
     decode_box_into(encoded->bytes.data(), encoded->bytes.size(), encoded->box, ds.transform(), scratch, pixels.data());
   }
   return pixels;
@@ -88,7 +88,7 @@ TEST(GpuStaging, EverySampleGetsTheCpuPathsCropAndBadFilesTheCpuPathsReplacement
         EXPECT_EQ(gpu_bad, cpu_bad) << files[i].name;
         EXPECT_EQ(gpu_label, cpu_label) << files[i].name;
         EXPECT_EQ(gpu_pixels, cpu_pixels) << files[i].name << (train ? ", train" : ", val") << ", epoch " << epoch;
-        left_encoded += encoded.kind != GpuDecode::kNone;
+        left_encoded += encoded.kind != JpegRoute::kCpu;
       }
     }
     EXPECT_GT(left_encoded, 0);
@@ -117,7 +117,7 @@ TEST(GpuStaging, AShareBelowOneLeavesAFixedPartOfTheSamplesToTheWorkers) {
       int64_t label = 0;
       EncodedImage encoded;
       const std::vector<uint8_t> pixels = staged_pixels(gpu, i, 3, epoch, &bad, &label, &encoded);
-      const bool taken = encoded.kind != GpuDecode::kNone;
+      const bool taken = encoded.kind != JpegRoute::kCpu;
       EXPECT_EQ(taken, gpu_takes(i, 0.5)) << i;
       if (epoch == 0) first_epoch.push_back(taken);
       EXPECT_EQ(taken, first_epoch[i]) << i;
@@ -144,7 +144,7 @@ TEST(GpuStaging, ABadFileStopsTheRunUnderPolicyFailAsOnTheCpuPath) {
   int64_t label = 0;
   EncodedImage encoded;
   EXPECT_NO_THROW(staged_pixels(ds, 0, 0, 0, &bad, &label, &encoded));
-  EXPECT_EQ(encoded.kind, GpuDecode::kHardware);
+  EXPECT_EQ(encoded.kind, JpegRoute::kHardware);
   const std::string message = test::message_of<DataError>([&] { staged_pixels(ds, 1, 0, 0, &bad, &label, &encoded); });
   EXPECT_NE(message.find(folder.samples[1].path), std::string::npos) << message;
   EXPECT_NE(message.find("libjpeg"), std::string::npos) << message;

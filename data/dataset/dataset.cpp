@@ -32,17 +32,17 @@ Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, Bad
   }
 }
 
-GpuDecode Dataset::checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
+JpegRoute Dataset::checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
                                     std::vector<uint8_t>& row, std::atomic<int64_t>* runs) const {
   // A file checked before at this size keeps its decoder: no second pass over its entropy data to count scans.
   const int64_t size_tag = (static_cast<int64_t>(file.size()) + 1) << 2;
   const int64_t known = checked_[index].load(std::memory_order_acquire);
   const bool checked = (known & ~int64_t{3}) == size_tag;
-  if (!parse_jpeg_info(file.data(), file.size(), info, /*count_scans=*/!checked)) return GpuDecode::kNone;  // PNG
+  if (!parse_jpeg_info(file.data(), file.size(), info, /*count_scans=*/!checked)) return JpegRoute::kCpu;  // PNG
   const std::string too_big = pixel_limit_error(info->width, info->height, transform_.max_image_pixels);
   if (!too_big.empty()) throw std::runtime_error(too_big);
-  const GpuDecode kind = checked ? static_cast<GpuDecode>(known & 3) : gpu_decode_for(*info, kMaxGpuPixels);
-  if (kind == GpuDecode::kNone || checked) return kind;
+  const JpegRoute kind = checked ? static_cast<JpegRoute>(known & 3) : gpu_decode_for(*info, kMaxGpuPixels);
+  if (kind == JpegRoute::kCpu || checked) return kind;
   runs->fetch_add(1, std::memory_order_relaxed);
   check_jpeg(file.data(), file.size(), transform_.max_image_pixels, row);  // throws if bad
   // A worker and a CheckAhead thread may both get here for one file: they store the same tag.
@@ -53,8 +53,8 @@ GpuDecode Dataset::checked_gpu_kind(int64_t index, const std::vector<uint8_t>& f
 bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
   if (!gpu_takes(index, transform_.nvjpeg_share)) return false;
   JpegInfo info;
-  const GpuDecode kind = checked_gpu_kind(index, encoded->bytes, &info, scratch.region, &checks_in_load_);
-  if (kind == GpuDecode::kNone) return false;
+  const JpegRoute kind = checked_gpu_kind(index, encoded->bytes, &info, scratch.region, &checks_in_load_);
+  if (kind == JpegRoute::kCpu) return false;
   encoded->kind = kind;
   encoded->width = info.width;
   encoded->height = info.height;
@@ -68,7 +68,7 @@ void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, D
                        EncodedImage* encoded) const {
   SampleRng rng(stream_seed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
   if (encoded) {
-    encoded->kind = GpuDecode::kNone;
+    encoded->kind = JpegRoute::kCpu;
     read_file(folder_.samples[index].path, encoded->bytes, transform_.max_file_bytes);
     if (stage_for_gpu(index, rng, scratch, encoded)) return;
     decode_into(encoded->bytes.data(), encoded->bytes.size(), train_, transform_, rng, scratch, dst);
@@ -84,7 +84,7 @@ bool Dataset::check_gpu_file(int64_t index, DecodeScratch& scratch) const {
   try {
     read_file(folder_.samples[index].path, scratch.file, transform_.max_file_bytes);
     JpegInfo info;
-    return checked_gpu_kind(index, scratch.file, &info, scratch.region, &checks_ahead_) != GpuDecode::kNone;
+    return checked_gpu_kind(index, scratch.file, &info, scratch.region, &checks_ahead_) != JpegRoute::kCpu;
   } catch (const std::exception&) {
     // Left unchecked: load() meets it again, then names, counts and replaces it as on the CPU path.
     return false;

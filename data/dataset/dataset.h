@@ -83,7 +83,7 @@ class Dataset {
   // The GPU decoder of sample `index`, whose file is `file`, read just now (kNone: the CPU decodes it), with its
   // header in *info; checks the file first unless it was checked at this size, counting the check in *runs.
   // Throws for a bad file.
-  GpuDecode checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
+  JpegRoute checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
                              std::vector<uint8_t>& row, std::atomic<int64_t>* runs) const;
   // Records sample `index` as bad; returns the number of distinct bad files if it is new, else 0.
   int64_t record_bad_image(int64_t index, const std::string& reason) const;
@@ -95,7 +95,7 @@ class Dataset {
   mutable std::mutex bad_mutex_;                 // guards the two below
   mutable std::unordered_set<int64_t> bad_seen_;  // sample indices found bad
   mutable std::vector<BadImage> bad_new_;         // found since the last take_new_bad_images()
-  // gpu_decode: per sample, (the file's size + 1) << 2 | its GpuDecode, once check_jpeg passed it (0: not
+  // gpu_decode: per sample, (the file's size + 1) << 2 | its JpegRoute, once check_jpeg passed it (0: not
   // checked). Files are read again every epoch: one that changed size since is classified and checked again (a
   // change keeping the size is not seen).
   // Kept for this run only, not in a cache across runs: a key of path, size and mtime would trust a file

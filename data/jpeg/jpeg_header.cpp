@@ -77,17 +77,17 @@ bool parse_jpeg_info(const uint8_t* d, size_t n, JpegInfo* out, bool count_scans
   return true;
 }
 
-GpuDecode gpu_decode_for(const JpegInfo& info, int64_t max_gpu_pixels) {
-  if (info.precision != 8 || info.rgb || info.cmyk) return GpuDecode::kNone;
-  if (info.components != 1 && info.components != 3) return GpuDecode::kNone;
-  if (max_gpu_pixels > 0 && int64_t{info.width} * info.height > max_gpu_pixels) return GpuDecode::kNone;
-  if (info.sof != 0xC0 && info.sof != 0xC1 && info.sof != 0xC2) return GpuDecode::kNone;  // arithmetic, lossless
-  if (info.sof != 0xC0 || info.scans != 1) return GpuDecode::kHybrid;
-  if (info.components == 1) return GpuDecode::kHardware;
+JpegRoute gpu_decode_for(const JpegInfo& info, int64_t max_gpu_pixels) {
+  if (info.precision != 8 || info.rgb || info.cmyk) return JpegRoute::kCpu;
+  if (info.components != 1 && info.components != 3) return JpegRoute::kCpu;
+  if (max_gpu_pixels > 0 && int64_t{info.width} * info.height > max_gpu_pixels) return JpegRoute::kCpu;
+  if (info.sof != 0xC0 && info.sof != 0xC1 && info.sof != 0xC2) return JpegRoute::kCpu;  // arithmetic, lossless
+  if (info.sof != 0xC0 || info.scans != 1) return JpegRoute::kHybrid;
+  if (info.components == 1) return JpegRoute::kHardware;
   const uint8_t luma = info.sampling[0];
   const bool chroma_full = info.sampling[1] == 0x11 && info.sampling[2] == 0x11;
   const bool engine_subsampling = luma == 0x11 || luma == 0x21 || luma == 0x22 || luma == 0x12;
-  return chroma_full && engine_subsampling ? GpuDecode::kHardware : GpuDecode::kHybrid;
+  return chroma_full && engine_subsampling ? JpegRoute::kHardware : JpegRoute::kHybrid;
 }
 
 }  // namespace pinfeed::data

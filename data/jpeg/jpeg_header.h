@@ -25,8 +25,8 @@ struct JpegInfo {
 bool parse_jpeg_info(const uint8_t* data, size_t size, JpegInfo* out, bool count_scans = false);
 
 // Where a JPEG is decoded when the GPU decodes (data.decoder = "nvjpeg").
-enum class GpuDecode : uint8_t {
-  kNone,      // on the CPU: CMYK/YCCK, RGB-coded, arithmetic coding, lossless, 12-bit, or over max_gpu_pixels
+enum class JpegRoute : uint8_t {
+  kCpu,       // on the CPU: CMYK/YCCK, RGB-coded, arithmetic coding, lossless, 12-bit, or over max_gpu_pixels
   kHardware,  // nvJPEG's hardware engines, batched: baseline (SOF0) with a single scan, 8-bit, grey or YCbCr
               // sampled 4:4:4, 4:2:2, 4:2:0 or 4:4:0 (what nvjpeg.h says the engines take)
   kHybrid,    // nvJPEG's hybrid decoder one at a time (Huffman on the CPU, the rest on the GPU): progressive,
@@ -34,6 +34,6 @@ enum class GpuDecode : uint8_t {
 };
 
 // info from parse_jpeg_info(..., count_scans = true).
-GpuDecode gpu_decode_for(const JpegInfo& info, int64_t max_gpu_pixels);
+JpegRoute gpu_decode_for(const JpegInfo& info, int64_t max_gpu_pixels);
 
 }  // namespace pinfeed::data

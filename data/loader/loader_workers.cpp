@@ -112,7 +112,7 @@ void Loader::worker_loop(const std::shared_ptr<Shared>& shared, int id) {
     slot.writing = true;
     lock.unlock();
     if (!error) {
-      if (!mine || encoded.kind == GpuDecode::kNone) {
+      if (!mine || encoded.kind == JpegRoute::kCpu) {
         write_resized(scratch, dataset.transform(), static_cast<uint8_t*>(memory.images) + task.position * image_bytes);
       }
       memory.labels[task.position] = label;

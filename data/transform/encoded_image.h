@@ -11,7 +11,7 @@
 namespace pinfeed::data {
 
 struct EncodedImage {
-  GpuDecode kind = GpuDecode::kNone;  // kNone: decoded on the CPU, its pixels are in the batch slot already
+  JpegRoute kind = JpegRoute::kCpu;  // kCpu: decoded on the CPU, its pixels are in the batch slot already
   std::vector<uint8_t> bytes;         // the whole file (grows only: a warm slot allocates nothing)
   int width = 0, height = 0;          // from the header
   CropBox box;                        // in full-size pixels, the CPU path's draw for (seed, epoch, index)

@@ -269,7 +269,7 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
     // the same images. The slot (its EncodedImage bytes too) is fenced on all of it.
     const std::vector<data::EncodedImage>& encoded = ring_->encoded(batch->slot);
     const bool cpu_pixels = std::any_of(encoded.begin(), encoded.begin() + batch->size,
-                                        [](const data::EncodedImage& e) { return e.kind == data::GpuDecode::kNone; });
+                                        [](const data::EncodedImage& e) { return e.kind == data::JpegRoute::kCpu; });
     const SlotLayout& layout = ring_->layout();
     const int64_t from = cpu_pixels ? 0 : layout.labels_offset;
     device_slot.narrow(0, from, host.numel() - from).copy_(host.narrow(0, from, host.numel() - from), options_.non_blocking);

@@ -204,7 +204,7 @@ struct JpegDecoder::Impl {
     std::vector<Region> region(chunk.size());
     for (size_t k = 0; k < chunk.size(); ++k) {
       const data::EncodedImage& e = images[chunk[k]];
-      on_hardware[k] = hardware != nullptr && e.kind == data::GpuDecode::kHardware;
+      on_hardware[k] = hardware != nullptr && e.kind == data::JpegRoute::kHardware;
       region[k] = on_hardware[k] ? crop_region(e) : Region{0, 0, e.width, e.height};
     }
     std::vector<uint8_t*> decoded_to(chunk.size(), nullptr);  // each image's decode buffer
@@ -352,14 +352,14 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
   JpegDecodeStats counts;
   std::vector<CropResizeJob> cpu_decoded;  // the samples whose pixels the workers made
   for (int64_t i = 0; i < count; ++i) {
-    if (images[i].kind == data::GpuDecode::kNone) cpu_decoded.push_back(impl_->pixels_job(pixels, i));
+    if (images[i].kind == data::JpegRoute::kCpu) cpu_decoded.push_back(impl_->pixels_job(pixels, i));
   }
   impl_->resize_into(cpu_decoded, input, cuda_stream.stream());
   // Chunks of images whose full-size RGB fits the budget (an image over it alone is a chunk of its own).
   std::vector<int64_t> chunk;
   size_t chunk_bytes = 0;
   for (int64_t i = 0; i < count; ++i) {
-    if (images[i].kind == data::GpuDecode::kNone) continue;
+    if (images[i].kind == data::JpegRoute::kCpu) continue;
     const size_t bytes = rgb_bytes(images[i]);
     if (!chunk.empty() && chunk_bytes + bytes > static_cast<size_t>(impl_->budget_bytes)) {
       impl_->decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
