@@ -42,7 +42,7 @@ class Dataset {
   // the reason (policy fail). Returns the number of bad loads on the way: a replacement that is also bad counts
   // too, and a bad file counts again each time it is loaded. Thread-safe: workers call it concurrently.
   // With transform().gpu_decode, a JPEG the GPU takes is not decoded: its bytes, size, crop box and decoder go
-  // to *encoded (required then) and dst is left alone; anything else is decoded into dst (encoded->kind kNone).
+  // to *encoded (required then) and dst is left alone; anything else is decoded into dst (encoded->kind kCpu).
   // A file meant for the GPU is first checked once per run on the CPU (check_jpeg: the same policy as decoding
   // it here), so that bad files are found, named and replaced exactly as on the CPU path: here, unless
   // check_gpu_file passed it before.
@@ -80,7 +80,7 @@ class Dataset {
                 EncodedImage* encoded) const;
   // Leaves the file in encoded->bytes for the GPU if it takes it (true), checking it once first; else false.
   bool stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const;
-  // The GPU decoder of sample `index`, whose file is `file`, read just now (kNone: the CPU decodes it), with its
+  // The GPU decoder of sample `index`, whose file is `file`, read just now (kCpu: the CPU decodes it), with its
   // header in *info; checks the file first unless it was checked at this size, counting the check in *runs.
   // Throws for a bad file.
   JpegRoute checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
