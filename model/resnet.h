@@ -55,8 +55,8 @@ class ResNetImpl : public torch::nn::Module {
  public:
   ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options);
   // (B, 3, H, W) float -> (B, num_classes) logits. Also (B, 4, H, W): RGB and a zero fourth channel, which
-  // cuDNN's fp16 kernels for the 7x7 stem convolution take faster than 3 channels (0.81 against 1.11 ms forward
-  // and weight gradient at batch 256 on an H200); the result is the 3-channel one.
+  // cuDNN's fp16 kernels for the 7x7 stem convolution take faster than 3 channels (docs/training-step.md); the
+  // result is the 3-channel one.
   torch::Tensor forward(torch::Tensor x);
 
   torch::nn::Conv2d conv1{nullptr};
