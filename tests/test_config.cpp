@@ -48,6 +48,16 @@ TEST(Config, UnknownKeyIsReportedWithFileLineColumn) {
       << error_of(std::string(kBase) + "[train]\nlearning_rate = 0.1\n");
 }
 
+TEST(Config, ARenamedKeyNamesItsNewName) {
+  EXPECT_NE(error_of(kBase, {"data.gpu_decode_share=0.5"})
+                .find("unknown key 'data.gpu_decode_share' (renamed); did you mean 'data.nvjpeg_share'?"),
+            std::string::npos) << error_of(kBase, {"data.gpu_decode_share=0.5"});
+  const auto e = error_of(std::string(kBase) + "[pipeline]\nprefetch = \"dual_stream\"\n");
+  EXPECT_NE(e.find("cfg.toml:4:1: unknown key 'pipeline.prefetch' (renamed); did you mean 'pipeline.dual_stream'?"),
+            std::string::npos) << e;
+}
+
+// At the section's header, where the typo is, not at its first key.
 TEST(Config, UnknownSectionIsReported) {
   EXPECT_NE(error_of(std::string(kBase) + "[optim]\nlr = 0.1\n").find("cfg.toml:3:1: unknown section [optim]"), std::string::npos);
 }
