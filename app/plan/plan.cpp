@@ -130,7 +130,7 @@ void check_resources(const Plan& p) {
     throw ConfigError(location_of(c, "data.workers") + ": data.workers = " + std::to_string(p.train_loader.workers) +
                       " decode threads is more than " + std::to_string(kMaxWorkersPerCore) + " per core (" +
                       std::to_string(cores) + " cores here): set at most " + std::to_string(max_workers) +
-                      ", or 0 for the default (" + std::to_string(data::default_workers(p.dist_env.local_world)) + ")");
+                      ", or 0 for the default (" + std::to_string(data::default_workers(p.train_loader.host_ranks)) + ")");
   }
 
   // Every rank on this host holds a training ring and, with train.eval, a validation ring, at the same time.
@@ -284,7 +284,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.step.seed = p.train_loader.seed;  // train.seed: the loaders' shuffles and the model's initial weights
 
   data::LoaderOptions& train = p.train_loader;
-  if (train.workers == 0) train.workers = data::default_workers(dist.local_world);  // this host's cores, shared
+  train.host_ranks = dist.local_world;  // data.workers = 0: this host's cores, shared
   train.shard_rank = dist.rank;
   train.shards = dist.world;
   p.val_loader = train;

@@ -61,7 +61,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options, Ba
   // One sample per worker thread at a time: OpenCV's own thread pool inside resize/decode would only
   // oversubscribe the cores the workers already fill.
   cv::setNumThreads(1);
-  const int n = o.workers > 0 ? o.workers : default_workers();
+  const int n = worker_count(o);
   if (ds.transform().gpu_decode) start_check_ahead(n);
   shared_->check_ahead = check_ahead_.get();
   shared_->slots.resize(static_cast<size_t>(n));

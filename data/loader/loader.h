@@ -21,7 +21,8 @@ namespace pinfeed::data {
 
 struct LoaderOptions {
   int64_t batch_size = 256;
-  int workers = 0;           // 0: default_workers()
+  int workers = 0;           // 0: default_workers(host_ranks); worker_count() says which
+  int host_ranks = 1;        // processes sharing this host's cores (LOCAL_WORLD_SIZE)
   int prefetch_batches = 4;  // batches decoded ahead of the consumer
   bool shuffle = true;       // reshuffled every epoch from (seed, epoch)
   bool drop_last = true;     // drop a final partial batch
@@ -62,6 +63,8 @@ inline constexpr double kStopWait = 5.0;
 
 // Decode threads for one of `processes` ranks sharing this host's cores.
 int default_workers(int processes = 1);
+// The decode threads a loader of these options runs.
+inline int worker_count(const LoaderOptions& o) { return o.workers > 0 ? o.workers : default_workers(o.host_ranks); }
 
 struct Batch {
   int64_t index = -1;  // position within the epoch
