@@ -32,7 +32,7 @@ const c10::Device kCuda(c10::kCUDA, 0);
 // shrinks by a DCT scale the GPU averages blocks; on smooth images that is about one level.
 constexpr double kMaxMeanAbsDiff = 3.0;
 
-TEST(JpegRoute, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
+TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
   SKIP_WITHOUT_NVJPEG();
   const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/false);
   const data::ImageFolder folder = test::write_folder("gpu_decode_pixels", files);
@@ -166,12 +166,12 @@ void expect_gpu_decoding_feeder_matches_the_cpu_one(bool pad) {
   }
 }
 
-TEST(JpegRoute, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
+TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersBatches) {
   SKIP_WITHOUT_NVJPEG();
   expect_gpu_decoding_feeder_matches_the_cpu_one(false);
 }
 
-TEST(JpegRoute, FeederDecodingOnTheGpuGivesTheCpuFeedersPaddedFloat16Batches) {
+TEST(GpuDecode, FeederDecodingOnTheGpuGivesTheCpuFeedersPaddedFloat16Batches) {
   SKIP_WITHOUT_NVJPEG();
   expect_gpu_decoding_feeder_matches_the_cpu_one(true);
 }
