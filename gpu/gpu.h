@@ -88,5 +88,7 @@ struct DeviceInfo {
   int64_t total_memory = 0;
 };
 DeviceInfo device_info(int index);
+// What LibTorch's caching allocator holds from the driver on `device` now, bytes (CUDA graphs' pools included).
+int64_t reserved_bytes(c10::Device device);
 
 }  // namespace pinfeed::gpu

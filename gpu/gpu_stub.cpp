@@ -29,6 +29,7 @@ c10::Stream new_stream(c10::Device) { no_cuda(); }
 void synchronize(const c10::Stream&) { no_cuda(); }
 at::Tensor pinned_empty(const std::vector<int64_t>&, c10::ScalarType) { no_cuda(); }
 DeviceInfo device_info(int) { no_cuda(); }
+int64_t reserved_bytes(c10::Device) { no_cuda(); }
 
 }  // namespace pinfeed::gpu
 

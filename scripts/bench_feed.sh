@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The feed at the step's ceiling against DALI + torch.compile, side by side in one run (docs/gpu-decode.md):
-# pinfeed's nvJPEG feed (dual_stream, CUDA graph, fp16, batch 256), each point beside its own gpu_resident row,
+# pinfeed's nvJPEG feed (dual_stream, CUDA graph, fp16, batch 256), each point beside its own gpu_resident row
+# (the step's ceiling) and loader_only row (the decode alone: every batch decoded on the GPU, no step),
 # then DALI's `mixed` decoder feeding torchvision's ResNet-50 under torch.compile at the same points
 # (hw_decoder_load 0.65 and 0.99). Then the table (scripts/feed_table.py) into OUT_DIR/feed.md.
 #   usage: scripts/bench_feed.sh OUT_DIR
 #   PINFEED_BIN           pinfeed executable (default: build/app/pinfeed, built by setup.sh if missing)
 #   PINFEED_FEED_DATA     ImageFolder (default: generated once, 100 classes x 96 photo-like JPEGs of 500x375)
-#   SIZES THREADS         image sizes and CPU threads (default "224 160", "2 4")
+#   SIZES THREADS         image sizes and CPU threads (default "224 192 160 128", "2 4")
 #   PARTS                 any of: pinfeed dali trace (default "pinfeed dali"); trace: a Kineto trace of 10
 #                         steps of each pinfeed row at 2 threads, summed by scripts/trace_kernels.py (kernel
 #                         time) and scripts/trace_gaps.py (where the step's stream waited)
@@ -20,7 +21,7 @@ bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
 [ -x "$bin" ] || "$repo/scripts/setup.sh"
 cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
 data=${PINFEED_FEED_DATA:-$cache/datasets/feed-photo-v1}
-sizes=${SIZES:-224 160} threads=${THREADS:-2 4} parts=${PARTS:-pinfeed dali} repeats=${REPEATS:-2}
+sizes=${SIZES:-224 192 160 128} threads=${THREADS:-2 4} parts=${PARTS:-pinfeed dali} repeats=${REPEATS:-2}
 python=${PYTHON:-python3}
 
 if [ ! -f "$data/.complete" ] && [ -z "${PINFEED_FEED_DATA:-}" ]; then
@@ -33,7 +34,7 @@ cd "$repo"
 steps_of() { [ "$1" -ge 224 ] && echo "6 20" || echo "10 40"; }  # warm-up and timed steps: about a second timed
 feed_row() {  # NAME SIZE THREADS REPEATS WARMUP STEPS [bench options...]
   local name=$1 size=$2 t=$3 n=$4 warmup=$5 steps=$6; shift 6
-  "$bin" bench --config configs/bench_resnet50.toml --modes dual_stream,gpu_resident --repeats "$n" \
+  "$bin" bench --config configs/bench_resnet50.toml --modes dual_stream,gpu_resident,loader_only --repeats "$n" \
     --warmup "$warmup" --steps "$steps" --out "$out/$name" --decoder nvjpeg "data.root=\"$data\"" \
     "data.image_size=$size" "data.workers=$t" train.batch_size=256 train.channels_last=true train.precision=fp16 \
     train.cuda_graph=true "$@" > "$out/$name.log" 2>&1 || { echo "[bench_feed] $name failed: see $out/$name.log" >&2; return 0; }

@@ -6,7 +6,8 @@ DALI + torch.compile (scripts/reference_dali.py --sweep, one JSON per image size
     feed_table.py --pinfeed FILE [FILE ...] --dali FILE [FILE ...] [--json OUT]
 
 Per point (image size, CPU threads): pinfeed's dual_stream samples/s, median over the repeats [min-max], its share
-of the gpu_resident row of the same bench, DALI's best hw_decoder_load at the same threads, and the ratio of the
+of the gpu_resident row of the same bench, images per CPU thread, the decode alone (the loader_only row: GPU
+decode, no step; n/a where the bench had none), DALI's best hw_decoder_load at the same threads, and the ratio of the
 medians. A point DALI did not run shows n/a. Standard library only.
 """
 import argparse
@@ -34,7 +35,8 @@ def pinfeed_points(paths):
             raise SystemExit(f"{path}: needs a dual_stream and a gpu_resident row")
         feed = spread(rows["dual_stream"]["samples_per_s"])
         ceiling = spread(rows["gpu_resident"]["samples_per_s"])
-        points[(meta["image_size"], meta["workers"])] = {"feed": feed, "ceiling": ceiling}
+        decode = spread(rows["loader_only"]["samples_per_s"]) if "loader_only" in rows else None
+        points[(meta["image_size"], meta["workers"])] = {"feed": feed, "ceiling": ceiling, "decode": decode}
     return points
 
 
@@ -60,8 +62,9 @@ def main():
     p.add_argument("--json", help="also write the table's figures here")
     a = p.parse_args()
     ours, theirs = pinfeed_points(a.pinfeed), dali_points(a.dali)
-    print("| px | CPU threads | pinfeed nvJPEG | % of pinfeed's ceiling | DALI + `torch.compile` (best load) | pinfeed / DALI |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| px | CPU threads | pinfeed nvJPEG | % of pinfeed's ceiling | per CPU thread | decode alone "
+          "| DALI + `torch.compile` (best load) | pinfeed / DALI |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     table = []
     for size, threads in sorted(ours, key=lambda k: (-k[0], k[1])):
         o = ours[(size, threads)]
@@ -73,10 +76,13 @@ def main():
             dali_text = f"{dm:,.0f} [{dlo:,.0f}-{dhi:,.0f}] ({d['load']})"
             ratio = m / dm
             ratio_text = f"**{ratio:.2f}x**"
+        decode = o["decode"]
+        decode_text = f"{decode[0]:,.0f}" if decode else "n/a"
         print(f"| {size} | {threads} | {m:,.0f} [{lo:,.0f}-{hi:,.0f}] | {100 * m / ceiling:.1f}% ({ceiling:,.0f}) "
-              f"| {dali_text} | {ratio_text} |")
+              f"| {m / threads:,.0f} | {decode_text} | {dali_text} | {ratio_text} |")
         table.append({"image_size": size, "threads": threads, "pinfeed": [m, lo, hi], "ceiling": ceiling,
-                      "share_of_ceiling": m / ceiling, "dali": d["value"] if d else None,
+                      "share_of_ceiling": m / ceiling,
+                      "per_thread": m / threads, "decode_alone": decode[0] if decode else None, "dali": d["value"] if d else None,
                       "dali_hw_decoder_load": d["load"] if d else None, "pinfeed_over_dali": ratio})
     if a.json:
         with open(a.json, "w") as f:

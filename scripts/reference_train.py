@@ -10,7 +10,8 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
   initialisation is torchvision's (kaiming-normal fan-out convolutions, BN 1/0, default Linear head).
 - data: torchvision ImageFolder (classes sorted by name); train RandomResizedCrop(image_size, scale =
   (data.scale_min, data.scale_max), ratio = (3/4, 4/3)) + RandomHorizontalFlip (data.hflip); val
-  Resize(floor(image_size / data.val_resize_ratio)) + CenterCrop(image_size). pipeline.transfer_dtype =
+  Resize(floor(S / data.val_resize_ratio)) + CenterCrop(S), S = data.val_image_size or image_size (a resolution
+  schedule is refused). pipeline.transfer_dtype =
   "float32": ToTensor + Normalize in the workers; "uint8": PILToTensor, uint8 to the GPU, normalised there
   (as pinfeed's uint8 transfer; the same values up to float rounding). DataLoader(shuffle, drop_last=True,
   pin_memory on CUDA, persistent workers); val every sample once (no drop_last), after every epoch (train.eval).
@@ -52,8 +53,9 @@ except ImportError:  # Python < 3.11
 # Every config key pinfeed knows, with its default (README's table): the recipe's keys are read, the rest are
 # pinfeed's machinery and ignored here.
 DEFAULTS = {
-    "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_resize_ratio": 0.875,
-             "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
+    "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_image_size": 0,
+             "val_resize_ratio": 0.875, "image_size_min": 0, "image_size_max": 0, "ramp_start": 0, "ramp_end": 0,
+             "ramp_step": 32, "image_size_by_epoch": "", "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
              "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "nvjpeg_share": 1.0},
     "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
               "pad_input": "auto", "fold_grad_add": "auto"},
@@ -133,6 +135,9 @@ def load_config(path, overrides):
         raise UsageError("data.root is empty")
     if t["epochs"] < 1 or t["batch_size"] < 1 or d["image_size"] < 1:
         raise UsageError("train.epochs, train.batch_size and data.image_size must be >= 1")
+    if d["image_size_min"] or d["image_size_max"] or d["image_size_by_epoch"]:
+        raise UsageError("a resolution schedule (data.image_size_min/max, data.image_size_by_epoch) is pinfeed's "
+                         "alone: this reference trains at data.image_size")
     return cfg
 
 
@@ -216,8 +221,9 @@ def train(cfg, args):
     train_tf = transforms.Compose(
         [transforms.RandomResizedCrop(size, scale=(d["scale_min"], d["scale_max"]), ratio=(3 / 4, 4 / 3))]
         + ([transforms.RandomHorizontalFlip()] if d["hflip"] else []) + to_tensor)
-    val_tf = transforms.Compose([transforms.Resize(math.floor(size / d["val_resize_ratio"])),
-                                 transforms.CenterCrop(size)] + to_tensor)
+    val_size = d["val_image_size"] or size
+    val_tf = transforms.Compose([transforms.Resize(math.floor(val_size / d["val_resize_ratio"])),
+                                 transforms.CenterCrop(val_size)] + to_tensor)
     root = os.path.expanduser(d["root"])
     train_set = torchvision.datasets.ImageFolder(os.path.join(root, d["train_split"]), train_tf)
     val_set = None

@@ -145,7 +145,7 @@ TEST_F(CliRuns, EachStartIsRecordedWithItsConfigAndLog) {
   const std::string log = text_of(run / "run.log");
   EXPECT_NE(log.find("run runs/"), std::string::npos) << log;  // the first start's banner
   EXPECT_NE(log.find("resuming from"), std::string::npos) << log;
-  EXPECT_NE(log.find("epoch 2/2: train_loss"), std::string::npos) << log;
+  EXPECT_NE(log.find("epoch 2/2 (32 px): train_loss"), std::string::npos) << log;
   // steps.jsonl: epochs from 1, as in metrics.jsonl, each step with its loss and lr.
   std::ifstream steps(run / "steps.jsonl");
   std::vector<int64_t> epochs;

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "app/config/config.h"
 #include "test_util.h"
@@ -254,9 +256,20 @@ TEST(Config, ResolvedConfigRoundTrips) {
 }
 
 TEST(Config, ShippedConfigsParse) {
-  for (const char* name : {"quickstart.toml", "resnet50_imagenet.toml", "bench_resnet50.toml"}) {
-    EXPECT_NO_THROW(load_config(std::string(PINFEED_SOURCE_DIR) + "/configs/" + name)) << name;
+  int shipped = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(PINFEED_SOURCE_DIR) + "/configs")) {
+    EXPECT_NO_THROW(load_config(entry.path().string())) << entry.path();
+    ++shipped;
   }
+  EXPECT_GE(shipped, 6);
+  // FFCV's 16-epoch schedule: 12 epochs at 160, 4 at 192, validation at 224.
+  const Config ffcv = load_config(std::string(PINFEED_SOURCE_DIR) + "/configs/resnet50_ffcv16.toml");
+  std::vector<int> sides;
+  for (int64_t e = 0; e < ffcv.schedule.epochs; ++e) sides.push_back(data::side_of(ffcv.transform, true, e));
+  std::vector<int> want(12, 160);
+  want.insert(want.end(), 4, 192);
+  EXPECT_EQ(sides, want);
+  EXPECT_EQ(data::side_of(ffcv.transform, false, 0), 224);
 }
 
 TEST(Config, EveryKeyHasHelp) {

@@ -25,8 +25,9 @@ namespace pinfeed::app {
 namespace {
 
 // channels_last: model.fused_bn "auto" fuses BN in bf16 and fp16. extra: more [train] lines, or a [model] section.
+// Batches of 16: the graph is captured for full batches only.
 Config config(bool graph, const std::string& precision, const std::string& extra = "") {
-  return parse_config_string("[data]\nroot = \"/unused\"\n[train]\nlr = 0.05\nprecision = \"" + precision +
+  return parse_config_string("[data]\nroot = \"/unused\"\n[train]\nbatch_size = 16\nlr = 0.05\nprecision = \"" + precision +
                                  "\"\nchannels_last = true\ncuda_graph = " + (graph ? "true" : "false") + "\n" + extra,
                              "gpu_train.toml");
 }
@@ -55,6 +56,31 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
       EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << precision << " step " << i;
     }
     EXPECT_TRUE(graphed.graphed());
+    EXPECT_EQ(graphed.graphs(), 1) << precision;
+  }
+}
+
+// A resolution schedule under train.cuda_graph: each side gets its own graph the first time it appears, a switch
+// back replays the graph kept for it (no new capture), and every step matches the eager one at that side.
+TEST(GpuTrain, CudaGraphSwitchesSidesLikeTheEagerStep) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device cuda(c10::kCUDA, 0);
+  at::manual_seed(5);
+  const std::vector<int64_t> sides{64, 96, 64, 96, 64, 128};
+  for (const char* precision : {"bf16", "fp16"}) {
+    StepRunner eager(resolve_plan(config(false, precision)).step, 10),
+        graphed(resolve_plan(config(true, precision)).step, 10);
+    std::vector<int> graphs;
+    for (size_t i = 0; i < sides.size(); ++i) {
+      const at::Tensor images =
+          at::randn({16, 3, sides[i], sides[i]}, at::TensorOptions().device(cuda)).contiguous(c10::MemoryFormat::ChannelsLast);
+      const at::Tensor labels = at::randint(10, {16}, at::TensorOptions().device(cuda).dtype(at::kLong));
+      const double a = eager.train_step(images, labels, 0.05).item<double>();
+      const double b = graphed.train_step(images, labels, 0.05).item<double>();
+      EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << precision << " step " << i << " at " << sides[i] << " px";
+      graphs.push_back(graphed.graphs());
+    }
+    EXPECT_EQ(graphs, (std::vector<int>{1, 2, 2, 2, 2, 3})) << precision;
   }
 }
 
@@ -156,7 +182,7 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
     StepRunner resumed(plan.step, 10);
     restore_checkpoint(resumed, ck);
     for (int i = 3; i < 6; ++i) split_losses.push_back(resumed.train_step(images[i], labels[i], 0.05).clone());
-    ASSERT_TRUE(whole.graphed() && resumed.graphed());
+    ASSERT_TRUE(whole.graphs() == 1 && resumed.graphs() == 1);  // full batches: captured, not eager
     for (int i = 0; i < 6; ++i) {
       EXPECT_TRUE(whole_losses[i].equal(split_losses[i]))
           << precision << " loss of step " << i << ": " << whole_losses[i].item<double>() << " vs "

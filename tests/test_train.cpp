@@ -250,7 +250,8 @@ TEST(Train, AStuckSampleEndsTheRunWithTheStepsSoFarSaved) {
 // figures. Every draw is seeded by (seed, epoch, index), the CPU kernels are deterministic for a given thread
 // count, and the checkpoint carries the epoch's loss so far. One training file is corrupt: its replacement is
 // drawn alike, and the bad-file count goes on across the resume.
-void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, const std::vector<int64_t>& stops) {
+void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, const std::vector<int64_t>& stops,
+                                                     const std::vector<std::string>& overrides = {}) {
   StopRequest stop;
   const std::string root = test::make_dataset(name, 2, 40, 2, 32);  // 80 images: 5 steps an epoch
   const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
@@ -258,6 +259,7 @@ void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, co
   const std::string runs = test::fresh_dir(name + "_runs");
   Config whole = tiny_config(root, runs, 2);
   apply_override(whole, "run.log_steps=true");
+  for (const auto& o : overrides) apply_override(whole, o);
   Config split = whole;
   apply_override(whole, "run.name=\"whole\"");
   apply_override(split, "run.name=\"split\"");
@@ -306,6 +308,20 @@ TEST(Train, ResumeMidEpochEqualsTheUninterruptedRunBitForBit) {
 // evaluates and reports it as the uninterrupted run did), then again mid-epoch 2, resumed each time.
 TEST(Train, ResumeAtAnEpochBoundaryThenMidEpochEqualsTheUninterruptedRunBitForBit) {
   expect_resumed_run_equals_the_uninterrupted_one("train_exact_boundary", {5, 3});
+}
+
+// A resolution schedule: epoch 1 at 24 px, epoch 2 at 32, stopped mid-epoch 2 and resumed there.
+TEST(Train, ResumeMidScheduleEqualsTheUninterruptedRunBitForBit) {
+  expect_resumed_run_equals_the_uninterrupted_one("train_exact_schedule", {7},
+                                                  {"data.image_size_by_epoch=\"24, 32\"", "data.val_image_size=32"});
+  std::vector<int64_t> sides;
+  const fs::path runs = fs::path(::testing::TempDir()) / ("pinfeed_train_exact_schedule_runs_" + std::to_string(::getpid()));
+  for (const auto& e : fs::directory_iterator(runs)) {
+    std::ifstream metrics(e.path() / "metrics.jsonl");
+    sides.clear();
+    for (std::string line; std::getline(metrics, line);) sides.push_back(nlohmann::json::parse(line).at("image_size"));
+    EXPECT_EQ(sides, (std::vector<int64_t>{24, 32})) << e.path();
+  }
 }
 
 TEST(Train, LearningRateWarmsUpThenFollowsCosine) {

@@ -242,7 +242,12 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
 
 int run_bench(const BenchArgs& a, const StopRequest& stop) {
   const std::optional<StepRange> trace_steps = trace_steps_of(a);  // checked before the config is read
-  const Plan plan = start(a.start);
+  Plan plan = start(a.start);
+  if (plan.transform.schedule.active()) {  // rows crossing epochs would change side under the timing
+    log::info("bench times one side, data.image_size = " + std::to_string(plan.transform.size) +
+              " px; the data.image_size schedule is train's (set data.image_size to bench another side)");
+    plan.transform.schedule = {};
+  }
   const std::vector<Row> rows = plan_rows(plan, a.modes);
   Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] { return bench_rows(plan, rows, dist, stop, a, trace_steps); });

@@ -13,7 +13,7 @@ ResidentBatch::ResidentBatch(pipeline::DeviceBatch batch) : batch_(std::move(bat
 }
 
 LoaderOnly::LoaderOnly(std::shared_ptr<const data::Dataset> dataset, const data::LoaderOptions& options) {
-  const pipeline::SampleFormat sample = pipeline::sample_format(dataset->transform());
+  const pipeline::SampleFormat sample = pipeline::sample_format(dataset->transform().format, data::largest_side(dataset->transform(), dataset->train()));
   ring_ = std::make_unique<pipeline::HostRing>(pipeline::ring_slots(options.prefetch_batches), options.batch_size, sample.shape,
                                                sample.dtype, /*pinned=*/false, dataset->transform().gpu_decode);
   loader_ = std::make_unique<data::Loader>(std::move(dataset), options, ring_.get());

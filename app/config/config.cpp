@@ -161,6 +161,11 @@ void check_config(const Config& c) {
   if (c.transform.scale_min > c.transform.scale_max) {
     throw ConfigError(location_of(c, "data.scale_min") + ": data.scale_min must not exceed data.scale_max");
   }
+  if (const std::string problem = c.transform.schedule.problem(); !problem.empty()) {
+    const bool list = !c.transform.schedule.by_epoch.empty() && !c.transform.schedule.ramp();
+    throw ConfigError(location_of(c, list ? "data.image_size_by_epoch" : "data.image_size_min") +
+                      ": data.image_size schedule: " + problem);
+  }
   // The transfer flags' combination now; what the device allows once it is resolved (resolve_plan).
   if (const auto problem = pipeline::check_options(c.pipeline, /*device_is_cuda=*/true)) {
     throw ConfigError(location_of(c, c.pipeline.mode ? "pipeline.mode" : problem.key) + ": " + problem.message);

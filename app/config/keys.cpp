@@ -77,7 +77,15 @@ std::string range_text(const std::optional<StepRange>& r) { return r ? r->text()
 
 // Upper limits of the keys that size memory or threads. The plan (app/plan/plan.cpp) checks the sizes they combine
 // into against this machine; these bounds keep each value, and products of them, far from overflow.
+constexpr int64_t kMinImageSize = 16;
 constexpr int64_t kMaxImageSize = 4096;  // ResNet-50 is trained at 128-600 px
+constexpr int64_t kMaxEpochs = 1'000'000;
+
+std::string zero_or_side(const int64_t& v) {
+  if (v == 0 || (v >= kMinImageSize && v <= kMaxImageSize)) return "";
+  return "must be 0 or in [" + std::to_string(kMinImageSize) + ", " + std::to_string(kMaxImageSize) + "], got " +
+         std::to_string(v);
+}
 constexpr int64_t kMaxBatchSize = 1 << 20;  // per rank; the largest ImageNet batches published are 64k global
 constexpr int64_t kMaxPrefetchBatches = 1024;  // decoded batches held in RAM; more only costs memory
 constexpr int64_t kMaxClasses = 100'000;  // ImageNet-21k has 21,841; fc alone is 0.8 GB at this bound
@@ -121,10 +129,27 @@ const std::vector<Key>& keys() {
              "ImageFolder root holding <train_split>/ and <val_split>/; ~/ expands"),
       key("data.train_split", PINFEED_FIELD(dataset.train_split), check_path, "training split folder under root"),
       key("data.val_split", PINFEED_FIELD(dataset.val_split), check_path, "validation split folder under root"),
-      key("data.image_size", PINFEED_FIELD(transform.size), between(16, kMaxImageSize),
-          "side of the square crop fed to the model, px"),
+      key("data.image_size", PINFEED_FIELD(transform.size), between(kMinImageSize, kMaxImageSize),
+          "side of the square crop fed to the model, px: in training unless a schedule below is set, and in validation "
+          "unless data.val_image_size is"),
+      key("data.val_image_size", PINFEED_FIELD(transform.val_size), zero_or_side,
+          "validation's crop side, px; 0 = data.image_size"),
       key("data.val_resize_ratio", PINFEED_FIELD(transform.val_resize_ratio), in_range(0.1, 1.0),
-          "val: resize shorter side to image_size/ratio, centre crop"),
+          "val: resize shorter side to side/ratio, centre crop"),
+      key("data.image_size_min", PINFEED_FIELD(transform.schedule.min), zero_or_side,
+          "progressive resizing (FFCV's min_res): the training side up to epoch data.ramp_start; 0 = no ramp"),
+      key("data.image_size_max", PINFEED_FIELD(transform.schedule.max), zero_or_side,
+          "the training side from epoch data.ramp_end (FFCV's max_res); linear between, rounded to data.ramp_step"),
+      key("data.ramp_start", PINFEED_FIELD(transform.schedule.start_ramp), between(0, kMaxEpochs),
+          "epoch the ramp leaves data.image_size_min, counted from 0 (FFCV's start_ramp)"),
+      key("data.ramp_end", PINFEED_FIELD(transform.schedule.end_ramp), between(0, kMaxEpochs),
+          "epoch the ramp reaches data.image_size_max, counted from 0 (FFCV's end_ramp)"),
+      key("data.ramp_step", PINFEED_FIELD(transform.schedule.step), between(1, 512),
+          "the ramp's sides are multiples of this, px (FFCV: 32)"),
+      parsed("data.image_size_by_epoch", PINFEED_FIELD(transform.schedule.by_epoch),
+             [](const std::string& v) { return data::parse_sides(v, kMinImageSize, kMaxImageSize); }, data::sides_text,
+             "the training side of each epoch, e.g. \"160*12, 192*4\" (12 epochs at 160, then 192); the last holds "
+             "for later epochs; \"\" = off"),
       key("data.scale_min", PINFEED_FIELD(transform.scale_min), in_range(0.001, 1.0),
           "RandomResizedCrop smallest area fraction"),
       key("data.scale_max", PINFEED_FIELD(transform.scale_max), in_range(0.001, 1.0),
@@ -180,7 +205,7 @@ const std::vector<Key>& keys() {
       choice("model.fused_bn", PINFEED_FIELD(model.fused_bn), kAutoOnOff,
              "BN, BN + ReLU and BN + add + ReLU as one cuDNN op each in training: auto (on for CUDA + "
              "channels_last + bf16/fp16) | on | off (ATen's separate ops)"),
-      key("train.epochs", PINFEED_FIELD(schedule.epochs), between(1, 1'000'000), "epochs to train"),
+      key("train.epochs", PINFEED_FIELD(schedule.epochs), between(1, kMaxEpochs), "epochs to train"),
       key("train.batch_size", PINFEED_FIELD(train_loader.batch_size), between(1, kMaxBatchSize),
           "samples per step (per rank)"),
       key("train.lr", PINFEED_FIELD(schedule.lr), in_range(0, 1e3), "peak learning rate (after warm-up)"),

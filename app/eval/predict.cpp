@@ -104,7 +104,8 @@ int run_predict(const PredictArgs& a) {
   }
   const c10::Device device = predict_device(!a.device.empty() ? a.device : a.config.empty() ? "auto" : c.train.device,
                                             !a.device.empty() ? "--device" : location_of(c, "train.device"));
-  data::TransformOptions t = c.transform;  // the validation transform, decoded on the CPU
+  // The validation transform at validation's side, decoded on the CPU.
+  data::TransformOptions t = data::at_side(c.transform, data::side_of(c.transform, /*train=*/false, 0));
   t.format = data::PixelFormat::kFloat32Chw;
   t.gpu_decode = false;
 

@@ -86,12 +86,26 @@ std::string size_text(double bytes) {  // "1.5 GiB", "147 MiB"
 // allocated, rather than killed by the OOM killer in its first step. Throws ConfigError naming the keys.
 void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes) {
   const Config& c = p;
-  const int64_t batch = p.train_loader.batch_size, size = p.transform.size;
+  const int64_t batch = p.train_loader.batch_size;
   const bool half = autocast_dtype(p.step.precision).has_value();
   const int element_bytes = half ? 2 : 4;
-  const double activations = activation_bytes(batch, size, element_bytes), state = model_state_bytes(c.model.num_classes);
+  // A schedule: the largest side's step; under CUDA graphs, every side's, since each graph keeps its own memory.
+  const std::vector<int> sides = p.transform.schedule.sides(p.schedule.epochs, p.transform.size);
+  const int64_t size = sides.back();
+  const bool graphs = p.device.is_cuda() && p.step.cuda_graph && sides.size() > 1;
+  double activations = 0;
+  for (int side : sides) {
+    if (graphs || side == size) activations += activation_bytes(batch, side, element_bytes);
+  }
+  const double state = model_state_bytes(c.model.num_classes);
+  std::string sizes_text = std::to_string(size) + " px";
+  if (graphs) {
+    sizes_text = "each training side (";
+    for (size_t i = 0; i < sides.size(); ++i) sizes_text += (i ? ", " : "") + std::to_string(sides[i]);
+    sizes_text += " px: one CUDA graph each)";
+  }
   const std::string what = "activations " + size_text(activations) + " for train.batch_size " + std::to_string(batch) +
-                           " x data.image_size " + std::to_string(size) + " px in " + (half ? "16" : "32") +
+                           " x data.image_size " + sizes_text + " in " + (half ? "16" : "32") +
                            "-bit, model and optimizer state " + size_text(state);
   const std::string lower = ": lower train.batch_size or data.image_size";
   if (p.device.is_cuda()) {
@@ -135,7 +149,8 @@ void check_resources(const Plan& p) {
 
   // Every rank on this host holds a training ring and, with train.eval, a validation ring, at the same time.
   const int slots = pipeline::ring_slots(p.train_loader.prefetch_batches);
-  const size_t image_bytes = data::bytes_per_image(p.transform.format, p.transform.size);
+  const int side = data::largest_side(p.transform, /*train=*/true);
+  const size_t image_bytes = data::bytes_per_image(p.transform.format, std::max(side, data::side_of(p.transform, false, 0)));
   const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
   const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist_env.local_world);
   // Half the memory: the rest is for the decode workers' scratch, the dataset index, the model and its
@@ -147,7 +162,7 @@ void check_resources(const Plan& p) {
                       ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
                       std::to_string(slots) + " slots = data.prefetch_batches " + std::to_string(p.train_loader.prefetch_batches) +
                       " + 2, of train.batch_size " + std::to_string(p.train_loader.batch_size) + " x data.image_size " +
-                      std::to_string(p.transform.size) + " px = " + size_text(ring / slots) + " per batch), over half of this "
+                      std::to_string(side) + " px = " + size_text(ring / slots) + " per batch), over half of this "
                       "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or data.image_size");
   }
   check_step_memory(p, host, ring * rings);
@@ -282,6 +297,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   p.step.device = p.device;
   p.step.compute_stream = p.compute_stream;
   p.step.seed = p.train_loader.seed;  // train.seed: the loaders' shuffles and the model's initial weights
+  p.step.batch_size = p.train_loader.batch_size;
 
   data::LoaderOptions& train = p.train_loader;
   train.host_ranks = dist.local_world;  // data.workers = 0: this host's cores, shared

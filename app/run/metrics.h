@@ -16,12 +16,16 @@ struct Metric {
 inline constexpr Metric kEpochMetrics[] = {
     {"epoch", "epoch number, from 1 (as in steps.jsonl)"},
     {"lr", "learning rate of the epoch's last step"},
+    {"image_size", "the epoch's training crop side, px (data.image_size or its schedule)"},
     {"train_loss", "mean training loss of the epoch's steps (label smoothing included)"},
     {"val_loss", "mean validation cross-entropy, without smoothing"},
     {"val_top1", "validation top-1 accuracy, a fraction in [0, 1] (0.671 = 67.1%; the log line shows percent)"},
     {"val_top5", "validation top-5 accuracy, a fraction in [0, 1] (as val_top1)"},
     {"samples_per_s", "training samples per second of this rank, warm-up steps excluded, synchronised wall time"},
     {"epoch_s", "wall time of the epoch, evaluation included, s"},
+    {"eval_s", "part of epoch_s spent evaluating, s"},
+    {"capture_s", "train.cuda_graph: part of epoch_s spent capturing a graph for a batch shape new to the run (a new "
+                  "side's first full batch, cuDNN's plan search included), s"},
     {"steps", "timed steps of the epoch (warm-up excluded)"},
     {"warmup_steps", "first steps of the epoch left out of the timing (pipeline.warmup_steps)"},
     {"wait_ms_mean", "host time the training loop waited for the next device-ready batch, mean, ms"},

@@ -29,6 +29,7 @@ struct StepOptions {
   bool cuda_graph = false;                    // capture the training step once and replay it (CUDA only)
   model::ResNetOptions net;  // num_classes from the dataset; its kernels' choices settled by resolve_plan
   uint64_t seed = 0;           // the model's initial weights (train.seed, as the loaders')
+  int64_t batch_size = 0;      // resolve_plan: train.batch_size, the batches cuda_graph captures (0: any)
   double label_smoothing = 0;  // of the training loss
   SgdOptions sgd;
   bool decay_bn_and_bias = true;  // false: no weight decay on BN parameters and biases

@@ -9,6 +9,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
+#include <chrono>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -46,7 +47,7 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision) {
 
 StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* dist)
     : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
-      autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), graphed_(o.device.is_cuda() && o.cuda_graph) {
+      autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), batch_size_(o.batch_size), graphed_(o.device.is_cuda() && o.cuda_graph) {
   at::manual_seed(o.seed);
   model::ResNetOptions net = o.net;
   net.num_classes = num_classes;
@@ -176,9 +177,18 @@ void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
   if (scaler_) scaler_->update();
 }
 
+namespace {
+std::vector<int64_t> shape_key(const at::Tensor& t) {
+  std::vector<int64_t> key(t.sizes().begin(), t.sizes().end());
+  key.insert(key.end(), t.strides().begin(), t.strides().end());
+  return key;
+}
+}  // namespace
+
 at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
-  const bool fits = !graph_ || (images.sizes() == static_images_.sizes() && images.strides() == static_images_.strides());
-  if (!graphed_ || !fits) {  // eager (and any batch of another shape than the captured one)
+  // A final partial batch runs eagerly: captured once, it would keep a graph's memory for one step an epoch.
+  const bool full = batch_size_ == 0 || images.size(0) == batch_size_;
+  if (!graphed_ || !full) {
     at::Tensor loss = forward_backward(images, labels);
     optimizer_step({}, lr);
     return loss;
@@ -186,42 +196,53 @@ at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& la
   return graphed_step(images, labels, lr);
 }
 
-at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
-  if (!graph_) {
-    static_images_ = at::empty_like(images);
-    static_labels_ = at::empty_like(labels);
-    lr_ = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
-    static_images_.copy_(images);
-    static_labels_.copy_(labels);
-    graph_ = std::make_unique<gpu::Graph>();
-    // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but momentum, BN's
-    // running statistics and the loss scale would move. What they held before (a resumed run's restored state,
-    // or no momentum yet) is put back afterwards, in place: the graph holds these very tensors.
-    std::vector<at::Tensor> buffers = model_->buffers(), saved_buffers;
-    if (scaler_) {
-      for (const auto& [name, t] : scaler_->state()) buffers.push_back(t);
-    }
-    for (const auto& b : buffers) saved_buffers.push_back(b.clone());
-    std::map<std::string, at::Tensor> saved_momentum;
-    for (const auto& [name, momentum] : optimizer_->state()) saved_momentum[name] = momentum.clone();
-    graph_->capture(*stream_, 3, [this] {
-      static_loss_ = forward_backward(static_images_, static_labels_);
-      optimizer_step(lr_, 0.0);
-    });
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
-    if (saved_momentum.empty()) {
-      optimizer_->zero_momentum();  // the first replay then steps as a first step does (buffer = gradient)
-    } else {
-      for (auto& [name, momentum] : optimizer_->state()) momentum.copy_(saved_momentum.at(name));
-    }
-  } else {
-    static_images_.copy_(images);
-    static_labels_.copy_(labels);
+StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Tensor& labels) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t reserved0 = gpu::reserved_bytes(device_);
+  Captured& c = graphs_[shape_key(images)];
+  c.images = at::empty_like(images);
+  c.labels = at::empty_like(labels);
+  c.images.copy_(images);
+  c.labels.copy_(labels);
+  if (!lr_.defined()) lr_ = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  lr_.zero_();  // the warm-up runs the body for real: with the last replay's rate it would move the weights
+  c.graph = std::make_unique<gpu::Graph>();
+  // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but momentum, BN's
+  // running statistics and the loss scale would move. What they held before (a resumed run's restored state,
+  // earlier steps at another side, or no momentum yet) is put back afterwards, in place: the graphs hold these
+  // very tensors.
+  std::vector<at::Tensor> buffers = model_->buffers(), saved_buffers;
+  if (scaler_) {
+    for (const auto& [name, t] : scaler_->state()) buffers.push_back(t);
   }
+  for (const auto& b : buffers) saved_buffers.push_back(b.clone());
+  std::map<std::string, at::Tensor> saved_momentum;
+  for (const auto& [name, momentum] : optimizer_->state()) saved_momentum[name] = momentum.clone();
+  c.graph->capture(*stream_, 3, [this, &c] {
+    c.loss = forward_backward(c.images, c.labels);
+    optimizer_step(lr_, 0.0);
+  });
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
+  if (saved_momentum.empty()) {
+    optimizer_->zero_momentum();  // the first replay then steps as a first step does (buffer = gradient)
+  } else {
+    for (auto& [name, momentum] : optimizer_->state()) momentum.copy_(saved_momentum.at(name));
+  }
+  stream_->synchronize();
+  capture_cost_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  capture_cost_.bytes += gpu::reserved_bytes(device_) - reserved0;
+  return c;
+}
+
+at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+  auto it = graphs_.find(shape_key(images));
+  Captured& c = it != graphs_.end() ? it->second : capture(images, labels);
+  c.images.copy_(images);
+  c.labels.copy_(labels);
   lr_.fill_(lr);
-  graph_->replay(*stream_);
-  return static_loss_;
+  c.graph->replay(*stream_);
+  return c.loss;
 }
 
 void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums) {

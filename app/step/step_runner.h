@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -43,6 +44,16 @@ class StepRunner {
   void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums);
 
   bool graphed() const { return graphed_; }
+  // train.cuda_graph: the batch shapes captured so far, one graph each (a resolution schedule's sides).
+  int graphs() const { return static_cast<int>(graphs_.size()); }
+  // What capturing them has cost so far: host seconds (warm-up and cuDNN's plan search at each new shape
+  // included) and the GPU memory the allocator reserved meanwhile.
+  struct CaptureCost {
+    double seconds = 0;
+    int64_t bytes = 0;
+    CaptureCost operator-(const CaptureCost& o) const { return {seconds - o.seconds, bytes - o.bytes}; }
+  };
+  CaptureCost capture_cost() const { return capture_cost_; }
   model::ResNet& model() { return model_; }
   Sgd& optimizer() { return *optimizer_; }
   LossScaler* loss_scaler() const { return scaler_.get(); }  // fp16 only; null otherwise
@@ -65,11 +76,19 @@ class StepRunner {
   std::optional<c10::Stream> stream_;  // the compute stream (CUDA)
   std::optional<at::ScalarType> autocast_;
   double label_smoothing_;
-  // train.cuda_graph: the whole step (forward, backward, optimizer) captured once and replayed, reading the
-  // batch from static device buffers and the learning rate from a device scalar.
+  int64_t batch_size_;
+  // train.cuda_graph: the whole step (forward, backward, optimizer) captured once per batch shape and replayed,
+  // reading the batch from static device buffers and the learning rate from one device scalar. Each graph keeps
+  // its own memory, so that a switch back to a side seen before costs nothing (docs/resolution-schedule.md).
+  struct Captured {
+    std::unique_ptr<gpu::Graph> graph;
+    at::Tensor images, labels, loss;  // (B, C, S, S), (B,), () on the device
+  };
+  Captured& capture(const at::Tensor& images, const at::Tensor& labels);
   bool graphed_;
-  std::unique_ptr<gpu::Graph> graph_;
-  at::Tensor static_images_, static_labels_, static_loss_, lr_;  // (B, 3, S, S), (B,), (), () on the device
+  std::map<std::vector<int64_t>, Captured> graphs_;  // by the batch's sizes and strides
+  at::Tensor lr_;  // () on the device
+  CaptureCost capture_cost_;
 };
 
 }  // namespace pinfeed::app

@@ -37,6 +37,19 @@ RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
   return s;
 }
 
+namespace {
+// "224 px" or "160*12, 192*4 px by epoch", then validation's side when it differs.
+std::string sides_text(const Plan& plan) {
+  const data::TransformOptions& t = plan.transform;
+  std::vector<int> by_epoch;
+  for (int64_t e = 0; e < plan.schedule.epochs; ++e) by_epoch.push_back(data::side_of(t, true, e));
+  std::string text = t.schedule.active() ? data::sides_text(by_epoch) + " px by epoch" : std::to_string(t.size) + " px";
+  const int val = data::side_of(t, false, 0);
+  if (plan.train.eval && (t.schedule.active() || val != t.size)) text += ", validation " + std::to_string(val) + " px";
+  return text;
+}
+}  // namespace
+
 void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& sets, const pipeline::Feeder& feed,
                   int64_t steps_per_epoch, bool graphed, const Distributed& dist) {
   log::info("run " + run_dir + ": " + std::to_string(sets.train->size()) + " train images, " +
@@ -44,7 +57,7 @@ void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& 
             feed.mode() + " (transfer " + pipeline::to_string(plan.pipeline.transfer_dtype) + "), " +
             count_of(feed.workers(), "worker") +
             (plan.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch) +
-            " steps/epoch, precision " + name_of(plan.step.precision) + (plan.step.precision == Precision::kFp16 ? " (loss scaling)" : "") +
+            " steps/epoch, image size " + sides_text(plan) + ", precision " + name_of(plan.step.precision) + (plan.step.precision == Precision::kFp16 ? " (loss scaling)" : "") +
             (plan.step.net.fused_bn ? ", fused BatchNorm (cuDNN)" : "") +
             (plan.step.net.bn_graph == model::GraphBatchNorm::kSmall ? std::string(" (graph API at 14x14 and smaller)")
              : plan.step.net.bn_graph == model::GraphBatchNorm::kAll ? std::string(" (graph API)")
@@ -71,10 +84,12 @@ std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& 
 void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& feed, const EpochResult& er,
                   const EpochProgress& p, const RankSpread& ranks) {
   const pipeline::EpochTiming& t = p.timing;
-  out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"train_loss", num_or_null(er.train_loss)},
+  out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"image_size", er.image_size}, {"train_loss", num_or_null(er.train_loss)},
              {"val_loss", num_or_null(er.val_loss)}, {"val_top1", num_or_null(er.val_top1)},
              {"val_top5", num_or_null(er.val_top5)}, {"samples_per_s", num_or_null(t.samples_per_s)},
-             {"epoch_s", er.epoch_seconds}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
+             {"epoch_s", er.epoch_seconds},
+             {"eval_s", num_or_null(er.eval_seconds)},
+             {"capture_s", num_or_null(p.captured ? p.captured->seconds : NAN)}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
              {"wait_ms_mean", num_or_null(t.wait_ms.mean)}, {"wait_ms_p50", num_or_null(t.wait_ms.p50)},
              {"wait_ms_p95", num_or_null(t.wait_ms.p95)}, {"loader_ms_mean", num_or_null(t.loader_ms.mean)},
              {"ahead_ms_mean", num_or_null(t.ahead_ms.mean)}, {"h2d_ms_mean", num_or_null(t.h2d_ms.mean)},
@@ -90,7 +105,7 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
              {"loss_scale", num_or_null(p.loss_scale)}, {"skipped_steps", p.skipped_steps}});
   std::ostringstream line;
   line.precision(4);
-  line << "epoch " << er.epoch << "/" << plan.schedule.epochs << ": train_loss " << er.train_loss << " val_loss "
+  line << "epoch " << er.epoch << "/" << plan.schedule.epochs << " (" << er.image_size << " px): train_loss " << er.train_loss << " val_loss "
        << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5) << " | " << t.samples_per_s
        << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
        << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " (loader " << fmt_ms(t.loader_ms.mean)
@@ -99,6 +114,10 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
        << " | mode " << feed.mode() << ", pinned " << feed.pinned_bytes() / (1 << 20) << " MB, RSS "
        << static_cast<int64_t>(host_rss_mb()) << " MB"
        << (p.bad_images ? ", bad image files " + std::to_string(p.bad_images) + " (bad_images.tsv)" : "");
+  if (p.captured && p.captured->seconds > 0) {
+    line << " | CUDA graph captured for a new batch shape in " << p.captured->seconds << " s, GPU memory reserved +"
+         << p.captured->bytes / (1 << 20) << " MiB";
+  }
   if (!std::isnan(p.loss_scale)) {
     line << " | loss scale " << p.loss_scale << ", " << p.skipped_steps << " step(s) skipped for overflow";
   }

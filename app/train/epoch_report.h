@@ -3,12 +3,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "app/dist/distributed.h"
 #include "app/plan/datasets.h"
 #include "app/plan/plan.h"
 #include "app/run/run_outputs.h"
+#include "app/step/step_runner.h"
 #include "app/train/trainer.h"
 #include "pipeline/transfer/feeder.h"
 
@@ -24,6 +26,7 @@ struct EpochProgress {
   // fp16: the loss scale at the epoch's end, and the steps of the epoch skipped for overflowed gradients.
   double loss_scale = NAN;
   int64_t skipped_steps = 0;
+  std::optional<StepRunner::CaptureCost> captured;  // train.cuda_graph: graphs for batch shapes new this epoch
 };
 
 // Every rank's figures of the epoch, for rank 0's row: world size, global samples/s and the spread between

@@ -142,10 +142,12 @@ class Training {
       }
       runner_.average_buffers();  // each rank's BN statistics saw only its shard
       check_finite(epoch, p.step);
-      EpochResult er{epoch + 1, train_loss(), NAN, NAN, NAN, p.timing.samples_per_s, 0};
+      EpochResult er{epoch + 1, train_loss(), NAN, NAN, NAN, p.timing.samples_per_s, 0, sets_.train->side(epoch)};
       bool best = false;  // a whole evaluation (not one a stop cut short) with a higher top-1 than any before
       if (val_feed_) {
+        const auto eval_t0 = Clock::now();
         const EvalResult val = evaluate(runner_, *val_feed_, &dist_, &stop_);
+        er.eval_seconds = seconds_since(eval_t0);
         std::tie(er.val_loss, er.val_top1, er.val_top5) = std::tie(val.loss, val.top1, val.top5);
         best = val.samples == sets_.val->size() && !std::isnan(val.top1) && !(val.top1 <= best_top1_);
         if (best) best_top1_ = val.top1;
@@ -267,6 +269,7 @@ class Training {
     p.lr = learning_rate(plan_.schedule, first > 0 ? global_step_ - 1 : global_step_, steps_per_epoch_);
     LossScaler* scaler = runner_.loss_scaler();
     const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
+    const StepRunner::CaptureCost captured_before = runner_.capture_cost();
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
     const bool log_steps = out && plan_.run.log_steps;  // rank 0 writes steps.jsonl
@@ -298,6 +301,7 @@ class Training {
     p.step = r.next_step;
     p.stopped = r.stopped;
     p.timing = r.timing;
+    if (runner_.graphed()) p.captured = runner_.capture_cost() - captured_before;
     if (scaler) {
       p.loss_scale = scaler->current_scale();
       p.skipped_steps = scaler->skipped_steps() - skipped_before;

@@ -1,6 +1,7 @@
 // `pinfeed train`: the whole run, from its run folder through the epochs to the last checkpoint.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,8 @@ struct EpochResult {
   int64_t epoch = 0;
   double train_loss = 0, val_loss = 0, val_top1 = 0, val_top5 = 0;
   double samples_per_s = 0, epoch_seconds = 0;
+  int image_size = 0;  // the epoch's training side (data.image_size, or its schedule's)
+  double eval_seconds = NAN;  // part of epoch_seconds
 };
 
 struct TrainResult {

@@ -25,11 +25,24 @@ bool gpu_takes(int64_t index, double share) {
 
 Dataset::Dataset(ImageFolder folder, TransformOptions transform, bool train, BadImagePolicy on_bad_image)
     : folder_(std::move(folder)), transform_(transform), train_(train), on_bad_image_(on_bad_image) {
+  if (train_) {
+    for (int side : transform_.schedule.all_sides(transform_.size)) at_side_.push_back(at_side(transform_, side));
+  } else {
+    at_side_.push_back(at_side(transform_, side_of(transform_, false, 0)));
+  }
   if (transform_.gpu_decode) {
     if (transform_.format != PixelFormat::kUint8Hwc) throw std::invalid_argument("GPU decode needs uint8 pixels");
     checked_ = std::make_unique<std::atomic<int64_t>[]>(folder_.samples.size());
     for (size_t i = 0; i < folder_.samples.size(); ++i) checked_[i].store(0, std::memory_order_relaxed);
   }
+}
+
+const TransformOptions& Dataset::transform_at(int64_t epoch) const {
+  const int s = side(epoch);
+  for (const auto& t : at_side_) {
+    if (t.size == s) return t;
+  }
+  throw std::logic_error("Dataset: no transform at side " + std::to_string(s));
 }
 
 JpegRoute Dataset::checked_gpu_kind(int64_t index, const std::vector<uint8_t>& file, JpegInfo* info,
@@ -50,32 +63,33 @@ JpegRoute Dataset::checked_gpu_kind(int64_t index, const std::vector<uint8_t>& f
   return kind;
 }
 
-bool Dataset::stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const {
-  if (!gpu_takes(index, transform_.nvjpeg_share)) return false;
+bool Dataset::stage_for_gpu(int64_t index, const TransformOptions& t, SampleRng& rng, DecodeScratch& scratch,
+                            EncodedImage* encoded) const {
+  if (!gpu_takes(index, t.nvjpeg_share)) return false;
   JpegInfo info;
   const JpegRoute kind = checked_gpu_kind(index, encoded->bytes, &info, scratch.region, &checks_in_load_);
   if (kind == JpegRoute::kCpu) return false;
   encoded->kind = kind;
   encoded->width = info.width;
   encoded->height = info.height;
-  encoded->box = train_ ? sample_train_crop(info.width, info.height, transform_, rng)
-                        : val_crop(info.width, info.height, transform_);
-  encoded->reduction = transform_.crop_decode ? reduction_for(encoded->box, transform_.size) : 1;
+  encoded->box = train_ ? sample_train_crop(info.width, info.height, t, rng) : val_crop(info.width, info.height, t);
+  encoded->reduction = t.crop_decode ? reduction_for(encoded->box, t.size) : 1;
   return true;
 }
 
 void Dataset::load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, DecodeScratch& scratch,
                        EncodedImage* encoded) const {
   SampleRng rng(stream_seed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
+  const TransformOptions& t = transform_at(epoch);
   if (encoded) {
     encoded->kind = JpegRoute::kCpu;
-    read_file(folder_.samples[index].path, encoded->bytes, transform_.max_file_bytes);
-    if (stage_for_gpu(index, rng, scratch, encoded)) return;
-    decode_into(encoded->bytes.data(), encoded->bytes.size(), train_, transform_, rng, scratch, dst);
+    read_file(folder_.samples[index].path, encoded->bytes, t.max_file_bytes);
+    if (stage_for_gpu(index, t, rng, scratch, encoded)) return;
+    decode_into(encoded->bytes.data(), encoded->bytes.size(), train_, t, rng, scratch, dst);
     return;
   }
-  read_file(folder_.samples[index].path, scratch.file, transform_.max_file_bytes);
-  decode_into(scratch.file.data(), scratch.file.size(), train_, transform_, rng, scratch, dst);
+  read_file(folder_.samples[index].path, scratch.file, t.max_file_bytes);
+  decode_into(scratch.file.data(), scratch.file.size(), train_, t, rng, scratch, dst);
 }
 
 bool Dataset::check_gpu_file(int64_t index, DecodeScratch& scratch) const {

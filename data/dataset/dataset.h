@@ -33,9 +33,14 @@ class Dataset {
 
   int64_t size() const { return static_cast<int64_t>(folder_.samples.size()); }
   const ImageFolder& folder() const { return folder_; }
-  const TransformOptions& transform() const { return transform_; }
+  const TransformOptions& transform() const { return transform_; }  // as given, with its schedule
   bool train() const { return train_; }
-  size_t image_bytes() const { return bytes_per_image(transform_.format, transform_.size); }
+  int side(int64_t epoch) const { return side_of(transform_, train_, epoch); }  // of the samples of `epoch`
+  // What samples of `epoch` are decoded with: transform() at that epoch's side.
+  const TransformOptions& transform_at(int64_t epoch) const;
+  size_t image_bytes(int64_t epoch) const { return bytes_per_image(transform_.format, side(epoch)); }
+  // The largest side's: what batch memory is sized for.
+  size_t image_bytes() const { return bytes_per_image(transform_.format, largest_side(transform_, train_)); }
 
   // Writes sample `index` of `epoch` into dst and its label into *label. A bad image is recorded (below), then
   // replaced by another sample chosen from the same seed (policy skip) or raises DataError naming the file and
@@ -79,7 +84,8 @@ class Dataset {
   void load_one(int64_t index, uint64_t seed, int64_t epoch, void* dst, DecodeScratch& scratch,
                 EncodedImage* encoded) const;
   // Leaves the file in encoded->bytes for the GPU if it takes it (true), checking it once first; else false.
-  bool stage_for_gpu(int64_t index, SampleRng& rng, DecodeScratch& scratch, EncodedImage* encoded) const;
+  bool stage_for_gpu(int64_t index, const TransformOptions& t, SampleRng& rng, DecodeScratch& scratch,
+                     EncodedImage* encoded) const;
   // The GPU decoder of sample `index`, whose file is `file`, read just now (kCpu: the CPU decodes it), with its
   // header in *info; checks the file first unless it was checked at this size, counting the check in *runs.
   // Throws for a bad file.
@@ -91,6 +97,7 @@ class Dataset {
   ImageFolder folder_;
   TransformOptions transform_;
   bool train_;
+  std::vector<TransformOptions> at_side_;  // at_side(transform_, s) for every side s an epoch may get
   BadImagePolicy on_bad_image_;
   mutable std::mutex bad_mutex_;                 // guards the two below
   mutable std::unordered_set<int64_t> bad_seen_;  // sample indices found bad

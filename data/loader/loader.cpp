@@ -203,6 +203,7 @@ void Loader::open_batch_locked(int slot, int64_t epoch, int64_t index, const std
   p->epoch = epoch;
   p->batch.index = index;
   p->batch.size = end - begin;
+  p->batch.side = s.dataset->side(epoch);
   p->batch.slot = slot;
   p->batch.memory = arena_->memory(slot);
   p->remaining = static_cast<int>(end - begin);

@@ -69,6 +69,7 @@ inline int worker_count(const LoaderOptions& o) { return o.workers > 0 ? o.worke
 struct Batch {
   int64_t index = -1;  // position within the epoch
   int64_t size = 0;    // samples in it (<= batch_size for a final partial batch)
+  int side = 0;        // its images' side (the epoch's: Dataset::side), back to back at that stride
   int slot = -1;       // arena slot holding it
   BatchMemory memory;
   // Bad loads while filling this batch: each replaced sample, plus each replacement that was bad too. The same

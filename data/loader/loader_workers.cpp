@@ -61,7 +61,6 @@ void Loader::worker_loop(const std::shared_ptr<Shared>& shared, int id) {
   const Dataset& dataset = *s.dataset;
   // Below the training thread: it launches the GPU's work, and a worker that preempts it idles the GPU.
   if (o.worker_nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), o.worker_nice);
-  const size_t image_bytes = dataset.image_bytes();
   DecodeScratch scratch;  // the decoded pixels wait here until written into the batch slot
   EncodedImage encoded;   // the file for the GPU, swapped into the batch slot once loaded
   Shared::WorkerSlot& slot = s.slots[static_cast<size_t>(id)];
@@ -113,7 +112,8 @@ void Loader::worker_loop(const std::shared_ptr<Shared>& shared, int id) {
     lock.unlock();
     if (!error) {
       if (!mine || encoded.kind == JpegRoute::kCpu) {
-        write_resized(scratch, dataset.transform(), static_cast<uint8_t*>(memory.images) + task.position * image_bytes);
+        const TransformOptions& t = dataset.transform_at(epoch);  // the epoch's side: images lie at its stride
+        write_resized(scratch, t, static_cast<uint8_t*>(memory.images) + task.position * bytes_per_image(t.format, t.size));
       }
       memory.labels[task.position] = label;
       if (mine) std::swap(memory.encoded[task.position], encoded);  // the buffers trade places: nothing copied

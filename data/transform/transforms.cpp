@@ -23,6 +23,22 @@
 
 namespace pinfeed::data {
 
+int side_of(const TransformOptions& o, bool train, int64_t epoch) {
+  if (!train) return o.val_size > 0 ? o.val_size : o.size;
+  return o.schedule.at(epoch, o.size);
+}
+
+int largest_side(const TransformOptions& o, bool train) {
+  return train ? o.schedule.all_sides(o.size).back() : side_of(o, false, 0);
+}
+
+TransformOptions at_side(TransformOptions o, int side) {
+  o.size = side;
+  o.val_size = 0;
+  o.schedule = {};
+  return o;
+}
+
 size_t bytes_per_image(PixelFormat format, int size) {
   const size_t pixels = static_cast<size_t>(size) * size * 3;
   return format == PixelFormat::kFloat32Chw ? pixels * sizeof(float) : pixels;

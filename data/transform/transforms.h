@@ -10,6 +10,7 @@
 
 #include "data/geometry.h"  // CropBox, reduction_for, scaled_crop, pixel_limit_error
 #include "data/transform/sample_rng.h"
+#include "data/transform/side_schedule.h"
 
 namespace pinfeed::data {
 
@@ -22,8 +23,10 @@ enum class PixelFormat {
 size_t bytes_per_image(PixelFormat format, int size);
 
 struct TransformOptions {
-  int size = 224;                 // output side in pixels
-  double val_resize_ratio = 0.875;  // val: resize the shorter side to size / ratio, then centre crop
+  int size = 224;                   // output side in pixels: training's when `schedule` is off, validation's by default
+  SideSchedule schedule;            // training's side by epoch
+  int val_size = 0;                 // validation's side; 0: size
+  double val_resize_ratio = 0.875;  // val: resize the shorter side to side / ratio, then centre crop
   double scale_min = 0.08, scale_max = 1.0;  // RandomResizedCrop area range
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   bool hflip = true;
@@ -51,6 +54,13 @@ struct TransformOptions {
   float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet, RGB
   float std[3] = {0.229f, 0.224f, 0.225f};
 };
+
+// The side the samples of `epoch` are made at (training follows the schedule, validation keeps val_size), and the
+// largest any epoch gets: what batch memory is sized for.
+int side_of(const TransformOptions& options, bool train, int64_t epoch);
+int largest_side(const TransformOptions& options, bool train);
+// The options with `side` as their one size: what one epoch's samples are decoded with.
+TransformOptions at_side(TransformOptions options, int side);
 
 // A uint8 pixel p of channel c normalised, (p / 255 - mean[c]) / std[c], as p * scale[c] + shift[c]: one multiply
 // and one add on the device (the Feeder's uint8 path and the GPU decoder's kernel compute it the same way).

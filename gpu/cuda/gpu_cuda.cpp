@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/ops/from_blob.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -86,6 +87,11 @@ at::Tensor pinned_empty(const std::vector<int64_t>& shape, c10::ScalarType dtype
                              cudaGetErrorString(err));
   }
   return at::from_blob(ptr, shape, [](void* p) { cudaFreeHost(p); }, at::TensorOptions().dtype(dtype));
+}
+
+int64_t reserved_bytes(c10::Device device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
 }
 
 DeviceInfo device_info(int index) {

@@ -43,7 +43,7 @@ class JpegDecoder {
   // Empty when nvJPEG can decode on this machine; else why not (built without it, no CUDA device).
   static std::string unavailable_reason();
 
-  // transform: the dataset's (output size, crop_decode). budget_bytes: bound on one chunk's decode buffer, counted
+  // transform: the dataset's (crop_decode, mean, std; each batch's side is its pixels'). budget_bytes: bound on one chunk's decode buffer, counted
   // as the full-size RGB of its images (the buffer itself is smaller where only crops are decoded); a batch over it
   // is decoded in several chunks.
   JpegDecoder(c10::Device device, const data::TransformOptions& transform, int64_t budget_bytes = int64_t{512} << 20);
@@ -58,7 +58,7 @@ class JpegDecoder {
   // (B >= count, S, S, 3) uint8, contiguous, on the device; a file nvJPEG refuses is decoded on the CPU into its
   // place there too). The host returns once the work is issued (and nvJPEG's host-side parsing done); buffers are
   // stream-ordered. Throws std::runtime_error only if even the CPU fallback fails for a file (libjpeg checked
-  // it before).
+  // it before). Called from one thread at a time.
   void decode(const data::EncodedImage* images, int64_t count, const at::Tensor& pixels, const at::Tensor& out,
               const c10::Stream& stream);
 

@@ -83,7 +83,8 @@ Feeder::~Feeder() {
 }
 
 void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slots) {
-  const SampleFormat sample = sample_format(dataset.transform());
+  // Sized for the largest side a schedule gives: a smaller epoch's batch fills each slot from its front.
+  const SampleFormat sample = sample_format(dataset.transform().format, data::largest_side(dataset.transform(), dataset.train()));
   const bool encoded = dataset.transform().gpu_decode;
   if (options_.pin_memory) {
     const int64_t want = ring_bytes(slots, batch_size, dataset.image_bytes());
@@ -252,7 +253,7 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   out.size = batch->size;
   out.bad_images = batch->bad_images;
   if (!cuda_) {  // the model reads the ring slot directly; it is recycled at the next call
-    out.images = to_model_layout(ring_->images(batch->slot).narrow(0, 0, batch->size));
+    out.images = to_model_layout(ring_->layout().images(ring_->slot_bytes(batch->slot), batch->side).narrow(0, 0, batch->size));
     out.labels = ring_->labels(batch->slot).narrow(0, 0, batch->size);
     held_ = batch;
     return out;
@@ -264,35 +265,45 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   out.timing.h2d_begin = events_.get();
   out.timing.h2d_end = events_.get();
   out.timing.h2d_begin->record(*stream);
+  const SlotLayout& layout = ring_->layout();
+  const auto copy = [&](int64_t from, int64_t to) {
+    device_slot.narrow(0, from, to - from).copy_(host.narrow(0, from, to - from), options_.non_blocking);
+  };
+  // The labels and, when any sample crossed as pixels, the pixels at this batch's side: one copy when they fill
+  // the slot, two at a smaller side than the one the ring was sized for.
+  const auto copy_slot = [&](bool pixels) {
+    const int64_t used = layout.image_bytes_at(batch->side);
+    if (pixels && used == layout.image_bytes) return copy(0, layout.bytes);
+    if (pixels) copy(0, used);
+    copy(layout.labels_offset, layout.bytes);
+  };
   if (decoder_) {
     // The labels, the pixels of any sample the CPU decoded (PNG, CMYK, ...), then the GPU decodes the rest into
     // the same images. The slot (its EncodedImage bytes too) is fenced on all of it.
     const std::vector<data::EncodedImage>& encoded = ring_->encoded(batch->slot);
     const bool cpu_pixels = std::any_of(encoded.begin(), encoded.begin() + batch->size,
                                         [](const data::EncodedImage& e) { return e.kind == data::JpegRoute::kCpu; });
-    const SlotLayout& layout = ring_->layout();
-    const int64_t from = cpu_pixels ? 0 : layout.labels_offset;
-    device_slot.narrow(0, from, host.numel() - from).copy_(host.narrow(0, from, host.numel() - from), options_.non_blocking);
+    copy_slot(cpu_pixels);
     // The decoder writes the model's input itself (one kernel: crop, resize, flip, normalise).
-    const int64_t s = loader_->dataset().transform().size;
+    const int64_t s = batch->side;
     const auto layout_of_model = feeder_options_.channels_last ? c10::MemoryFormat::ChannelsLast
                                                                : c10::MemoryFormat::Contiguous;
     out.images = at::empty({batch->size, feeder_options_.input_channels, s, s},
                            at::TensorOptions().dtype(feeder_options_.input_dtype).device(feeder_options_.device).memory_format(layout_of_model));
     try {
-      decoder_->decode(encoded.data(), batch->size, layout.images(device_slot), out.images, *stream);
+      decoder_->decode(encoded.data(), batch->size, layout.images(device_slot, batch->side), out.images, *stream);
     } catch (...) {
       gpu::synchronize(*stream);  // nothing issued may still read the slot when it goes back
       loader_->recycle(*batch);
       throw;
     }
   } else {
-    device_slot.copy_(host, options_.non_blocking);
+    copy_slot(true);
   }
   out.timing.h2d_end->record(*stream);
   loader_->recycle(*batch, std::make_shared<EventFence>(out.timing.h2d_end));
-  if (!decoder_) out.images = to_model_layout(ring_->layout().images(device_slot).narrow(0, 0, batch->size));
-  out.labels = ring_->layout().labels(device_slot).narrow(0, 0, batch->size);
+  if (!decoder_) out.images = to_model_layout(layout.images(device_slot, batch->side).narrow(0, 0, batch->size));
+  out.labels = layout.labels(device_slot).narrow(0, 0, batch->size);
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "pipeline/transfer/host_ring.h"
 
 #include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
 
 #include "gpu/gpu.h"
 
@@ -14,9 +15,9 @@ int64_t ring_bytes(int slots, int64_t batch_size, size_t image_bytes) {
   return slots * (align8(batch_size * static_cast<int64_t>(image_bytes)) + batch_size * 8);
 }
 
-SampleFormat sample_format(const data::TransformOptions& t) {
-  if (t.format == data::PixelFormat::kUint8Hwc) return {{t.size, t.size, 3}, c10::kByte};
-  return {{3, t.size, t.size}, c10::kFloat};
+SampleFormat sample_format(data::PixelFormat format, int side) {
+  if (format == data::PixelFormat::kUint8Hwc) return {{side, side, 3}, c10::kByte};
+  return {{3, side, side}, c10::kFloat};
 }
 
 SlotLayout::SlotLayout(int64_t batch_size, const std::vector<int64_t>& sample_shape, c10::ScalarType dtype)
@@ -32,6 +33,24 @@ SlotLayout::SlotLayout(int64_t batch_size, const std::vector<int64_t>& sample_sh
 
 at::Tensor SlotLayout::images(const at::Tensor& slot_bytes) const {
   return slot_bytes.narrow(0, 0, image_bytes).view(dtype).view(image_shape);
+}
+
+namespace {
+data::PixelFormat format_of(c10::ScalarType dtype) {
+  return dtype == c10::kByte ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
+}
+}  // namespace
+
+int64_t SlotLayout::image_bytes_at(int side) const {
+  const int64_t bytes = batch_size * static_cast<int64_t>(data::bytes_per_image(format_of(dtype), side));
+  TORCH_CHECK(bytes <= image_bytes, "a batch at side ", side, " does not fit its slot");
+  return bytes;
+}
+
+at::Tensor SlotLayout::images(const at::Tensor& slot_bytes, int side) const {
+  std::vector<int64_t> shape = sample_format(format_of(dtype), side).shape;
+  shape.insert(shape.begin(), batch_size);
+  return slot_bytes.narrow(0, 0, image_bytes_at(side)).view(dtype).view(shape);
 }
 
 at::Tensor SlotLayout::labels(const at::Tensor& slot_bytes) const {

@@ -28,6 +28,8 @@ struct SlotLayout {
   SlotLayout(int64_t batch_size, const std::vector<int64_t>& sample_shape, c10::ScalarType dtype);
   // Views into a (bytes,) uint8 tensor holding a slot, on any device.
   at::Tensor images(const at::Tensor& slot_bytes) const;  // (B, ...) of dtype
+  at::Tensor images(const at::Tensor& slot_bytes, int side) const;  // a batch at a smaller side, from the front
+  int64_t image_bytes_at(int side) const;                           // what those images take
   at::Tensor labels(const at::Tensor& slot_bytes) const;  // (B,) int64
 };
 
@@ -36,7 +38,7 @@ struct SampleFormat {
   std::vector<int64_t> shape;
   c10::ScalarType dtype = c10::kFloat;
 };
-SampleFormat sample_format(const data::TransformOptions& transform);
+SampleFormat sample_format(data::PixelFormat format, int side);
 
 class HostRing : public data::BatchArena {
  public:

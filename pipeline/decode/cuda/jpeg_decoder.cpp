@@ -331,11 +331,13 @@ JpegDecoder::~JpegDecoder() = default;
 
 void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const at::Tensor& pixels,
                          const at::Tensor& out, const c10::Stream& stream) {
-  const int64_t s = impl_->transform.size;
   if (!pixels.is_cuda() || pixels.scalar_type() != at::kByte || !pixels.is_contiguous() || pixels.dim() != 4 ||
-      pixels.size(0) < count || pixels.size(1) != s || pixels.size(2) != s || pixels.size(3) != 3) {
+      pixels.size(0) < count || pixels.size(1) != pixels.size(2) || pixels.size(3) != 3) {
     throw std::invalid_argument("JpegDecoder::decode: pixels must be a contiguous (B, S, S, 3) uint8 CUDA tensor");
   }
+  // The batch's side (a resolution schedule changes it by epoch): the crops are resized to it.
+  const int64_t s = pixels.size(1);
+  impl_->transform.size = static_cast<int>(s);
   if (!out.is_cuda() || (out.scalar_type() != at::kFloat && out.scalar_type() != at::kHalf) || out.dim() != 4 ||
       out.size(0) != count || (out.size(1) != 3 && out.size(1) != 4) || out.size(2) != s || out.size(3) != s ||
       !(out.is_contiguous() || out.is_contiguous(at::MemoryFormat::ChannelsLast))) {
