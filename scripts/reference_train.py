@@ -20,7 +20,8 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
   every bias, i.e. the parameters of dimension <= 1).
 - learning rate, set before every step from the global step (app/optim/lr_schedule.cpp): warm-up lr * (s + 1) / W for
   s < W = warmup_epochs * steps_per_epoch, then min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with p = (s - W) /
-  (E * steps_per_epoch - W); lr and min_lr scaled by batch / train.lr_reference_batch when that is set.
+  (E * steps_per_epoch - W); train.lr_schedule = "triangular": FFCV's cyclic (learning_rate below); lr and min_lr
+  scaled by batch / train.lr_reference_batch when that is set.
 - loss: cross-entropy with train.label_smoothing under bf16 or fp16 autocast (train.precision), fp16 with
   torch.amp.GradScaler(init_scale = train.loss_scale_init, growth_interval = train.loss_scale_growth_interval,
   GradScaler's factors 2 and 0.5, as pinfeed's loss scaler), channels_last
@@ -59,7 +60,7 @@ DEFAULTS = {
              "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "nvjpeg_share": 1.0},
     "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
               "pad_input": "auto", "fold_grad_add": "auto"},
-    "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9,
+    "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9, "lr_schedule": "cosine",
               "nesterov": False, "weight_decay": 1e-4, "decay_bn_and_bias": True, "warmup_epochs": 0.0,
               "min_lr": 0.0, "label_smoothing": 0.0, "precision": "tf32", "loss_scale_init": 65536.0,
               "loss_scale_growth_interval": 2000, "channels_last": False,
@@ -127,6 +128,8 @@ def load_config(path, overrides):
     t, d, m = cfg["train"], cfg["data"], cfg["model"]
     if m["arch"] != "resnet50":
         raise UsageError(f"model.arch = {m['arch']!r}: only resnet50")
+    if t["lr_schedule"] not in ("cosine", "triangular"):
+        raise UsageError(f"train.lr_schedule must be cosine | triangular, got {t['lr_schedule']!r}")
     if t["precision"] not in ("fp32", "tf32", "bf16", "fp16"):
         raise UsageError(f"train.precision must be fp32 | tf32 | bf16 | fp16, got {t['precision']!r}")
     if cfg["pipeline"]["transfer_dtype"] not in ("float32", "uint8"):
@@ -144,6 +147,17 @@ def load_config(path, overrides):
 def learning_rate(t, step, steps_per_epoch, scale):
     """app/optim/lr_schedule.cpp, line for line."""
     lr, min_lr = t["lr"] * scale, t["min_lr"] * scale
+    if t["lr_schedule"] == "triangular":
+        def at_epoch(e):
+            peak, end = t["warmup_epochs"], float(t["epochs"])
+            if e >= end:
+                return min_lr
+            if e < peak:
+                return 1e-4 * lr + (lr - 1e-4 * lr) * max(0.0, e) / peak
+            return lr + (min_lr - lr) * (e - peak) / (end - peak)
+        epoch, at = divmod(step, steps_per_epoch)
+        a, b = at_epoch(float(epoch)), at_epoch(float(epoch + 1))
+        return a + (b - a) * at / steps_per_epoch
     warmup = t["warmup_epochs"] * steps_per_epoch
     total = float(t["epochs"]) * steps_per_epoch
     if step < warmup:

@@ -336,6 +336,27 @@ TEST(Train, LearningRateWarmsUpThenFollowsCosine) {
   EXPECT_NEAR(learning_rate(t, 100, 10), 0.0, 1e-12);
 }
 
+// FFCV's train_imagenet.py: get_cyclic_lr(e) = np.interp(e, [0, lr_peak_epoch, epochs], [1e-4 lr, lr, 0]) and,
+// within epoch e, np.interp(step, [0, iters], [get_lr(e), get_lr(e + 1)]); rn50_16_epochs.yaml: lr 1.7, peak 2.
+TEST(Train, TriangularScheduleIsFfcvsCyclic) {
+  LrSchedule t;
+  t.shape = LrShape::kTriangular;
+  t.lr = 1.7;
+  t.epochs = 16;
+  t.warmup_epochs = 2;
+  const double e1 = 1.7e-4 + (1.7 - 1.7e-4) / 2, e3 = 1.7 - 1.7 / 14, e15 = 1.7 / 14;
+  EXPECT_NEAR(learning_rate(t, 0, 10), 1.7e-4, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 5, 10), 1.7e-4 + (e1 - 1.7e-4) * 0.5, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 10, 10), e1, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 20, 10), 1.7, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 25, 10), 1.7 + (e3 - 1.7) * 0.5, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 159, 10), e15 * 0.1, 1e-12);
+  t.min_lr = 0.01, t.batch_scale = 2;  // min_lr is the end point, both scaled to the global batch
+  EXPECT_NEAR(learning_rate(t, 160, 10), 0.02, 1e-12);
+  t.warmup_epochs = 0;  // no ramp: lr at the first step
+  EXPECT_NEAR(learning_rate(t, 0, 10), 3.4, 1e-12);
+}
+
 TEST(Train, PinnedMemoryOnCpuIsRefusedNamingTheFlag) {
   StopRequest stop;
   const std::string root = test::make_dataset("train_refuse", 2, 4, 1, 32);

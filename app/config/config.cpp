@@ -161,6 +161,10 @@ void check_config(const Config& c) {
   if (c.transform.scale_min > c.transform.scale_max) {
     throw ConfigError(location_of(c, "data.scale_min") + ": data.scale_min must not exceed data.scale_max");
   }
+  if (c.schedule.shape == LrShape::kTriangular && !(c.schedule.warmup_epochs < static_cast<double>(c.schedule.epochs))) {
+    throw ConfigError(location_of(c, "train.warmup_epochs") + ": train.lr_schedule = \"triangular\" peaks at epoch "
+                      "train.warmup_epochs, which must come before train.epochs");
+  }
   if (const std::string problem = c.transform.schedule.problem(); !problem.empty()) {
     const bool list = !c.transform.schedule.by_epoch.empty() && !c.transform.schedule.ramp();
     throw ConfigError(location_of(c, list ? "data.image_size_by_epoch" : "data.image_size_min") +

@@ -1,4 +1,4 @@
-// The learning rate at a global step: linear warm-up to lr, then cosine down to min_lr.
+// The learning rate at a global step: linear warm-up to lr, then cosine down to min_lr; or FFCV's triangle.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,13 @@ namespace pinfeed::app {
 
 // The schedule a run follows (train.*). lr and min_lr are per reference_batch samples when it is set: the run
 // uses them times batch_scale (global batch / reference_batch, set by resolve_plan; Goyal et al. 2017).
+enum class LrShape {
+  kCosine,      // warm-up from lr / steps to lr, then cosine to min_lr (Goyal et al. 2017, Loshchilov & Hutter)
+  kTriangular,  // FFCV's `cyclic`: 1e-4 lr at epoch 0, linear up to lr at warmup_epochs, linear down to min_lr
+};
+
 struct LrSchedule {
+  LrShape shape = LrShape::kCosine;
   double lr = 0.1;              // peak, reached at the end of the warm-up
   double min_lr = 0;            // at the end of the last epoch
   double warmup_epochs = 0;     // may be fractional
