@@ -108,8 +108,7 @@ int run(int argc, char** argv) {
   std::string resume;
   train->add_option("--config,-c", start.config, "TOML config file")->required();
   train->add_option("--mode", start.mode, "transfer mode preset: " + pipeline::preset_names());
-  train->add_option("--device", start.device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
-  app::add_decoder_option(*train, start.decoder);
+  app::add_device_options(*train, start);
   train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name)");
   int64_t stop_after_steps = 0;
   train->add_option("--stop-after-steps", stop_after_steps, "stop as on Ctrl-C after N steps (tests)")

@@ -147,6 +147,11 @@ TEST_F(Cli, HelpOfEveryCommandShowsTheDefaults) {
                                       {"--train-per-class", "=100"}, {"--val-per-class", "=20"}, {"--quality", "=90"}}) {
     EXPECT_NE(help_line(gen.output, option).find(value), std::string::npos) << option << ":\n" << gen.output;
   }
+  for (const char* command : {"train", "bench", "eval"}) {  // the same device flags on every command that trains or evaluates
+    const Outcome help = pinfeed({command, "--help"});
+    EXPECT_NE(help_line(help.output, "--device").find("train.device"), std::string::npos) << command << help.output;
+    EXPECT_NE(help_line(help.output, "--decoder").find("data.decoder"), std::string::npos) << command << help.output;
+  }
   const Outcome train = pinfeed({"help", "train"});  // a command's help, as a help topic
   EXPECT_EQ(train.code, 0) << train.output;
   EXPECT_NE(train.output.find("--resume"), std::string::npos) << train.output;

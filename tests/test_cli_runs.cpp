@@ -158,4 +158,12 @@ TEST_F(CliRuns, EachStartIsRecordedWithItsConfigAndLog) {
   EXPECT_EQ(epochs, (std::vector<int64_t>{1, 2}));
 }
 
+TEST_F(CliRuns, WithoutEvaluationTheEpochLineSaysNothingOfValidation) {
+  const Outcome r = train({"train.eval=false"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string log = text_of(run_folder("-quick") / "run.log");
+  EXPECT_NE(log.find("epoch 1/1 (32 px): train_loss"), std::string::npos) << log;
+  EXPECT_EQ(log.find("val_loss"), std::string::npos) << log;
+}
+
 }  // namespace

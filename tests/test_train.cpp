@@ -15,6 +15,7 @@
 #include "app/run/checkpoint.h"
 #include "app/run/metrics.h"
 #include "app/run/signals.h"
+#include "app/train/loss_meter.h"
 #include "app/train/trainer.h"
 #include "data/error.h"
 #include "test_util.h"
@@ -66,6 +67,21 @@ TEST(Train, DivergenceStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   EXPECT_NE(message.find("is no longer finite at epoch 2"), std::string::npos) << message;
   EXPECT_EQ(std::filesystem::last_write_time(last), written);
   EXPECT_EQ(load_checkpoint(last).epoch, 1);
+}
+
+// Weights can stay finite while the loss explodes (lr 10 on the quickstart data: 2.2e8 after 8 epochs): the loss
+// itself says the run diverged past 1000 x ln(classes); not finite counts too, except in fp16 where the loss
+// scaler skips an overflowed step.
+TEST(Train, AnExplodingLossIsDivergenceToo) {
+  EXPECT_FALSE(loss_diverged(2.3, 10, false));
+  EXPECT_FALSE(loss_diverged(2000, 10, false));  // 1000 x ln(10) = 2302.6
+  EXPECT_TRUE(loss_diverged(2400, 10, false));
+  EXPECT_TRUE(loss_diverged(2.2e8, 1000, true));
+  EXPECT_TRUE(loss_diverged(NAN, 10, false));
+  EXPECT_TRUE(loss_diverged(INFINITY, 10, false));
+  EXPECT_FALSE(loss_diverged(NAN, 10, true));
+  EXPECT_FALSE(loss_diverged(INFINITY, 10, true));
+  EXPECT_FALSE(loss_diverged(600, 1, false));  // one class: ln(2) stands in for ln(1) = 0
 }
 
 TEST(Train, ResumeContinuesFromTheCheckpoint) {
@@ -308,6 +324,11 @@ TEST(Train, ResumeMidEpochEqualsTheUninterruptedRunBitForBit) {
 // evaluates and reports it as the uninterrupted run did), then again mid-epoch 2, resumed each time.
 TEST(Train, ResumeAtAnEpochBoundaryThenMidEpochEqualsTheUninterruptedRunBitForBit) {
   expect_resumed_run_equals_the_uninterrupted_one("train_exact_boundary", {5, 3});
+}
+
+// Plain SGD (momentum 0) keeps no momentum buffers: it trains, saves and resumes as the rest does.
+TEST(Train, PlainSgdWithoutMomentumResumesBitForBit) {
+  expect_resumed_run_equals_the_uninterrupted_one("train_exact_plain_sgd", {3}, {"train.momentum=0"});
 }
 
 // A resolution schedule: epoch 1 at 24 px, epoch 2 at 32, stopped mid-epoch 2 and resumed there.

@@ -233,7 +233,7 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
                  "JSON from scripts/reference_pytorch.py or reference_dali.py to show alongside; repeatable, each "
                  "file checked before the rows run")
       ->join();  // one string, the files separated by '\n': read_references splits it
-  add_decoder_option(cmd, a.start.decoder);
+  add_device_options(cmd, a.start);
   cmd.add_option("--trace-steps", a.trace_steps,
                  "A-B: Kineto trace (Perfetto) of timed steps A to B (0 = the first after --warmup) of each row's "
                  "first repeat, into --out as trace.<row>.json");

@@ -39,8 +39,7 @@ void add_eval_options(CLI::App& cmd, EvalArgs& a) {
       ->required();
   cmd.add_option("--split", a.split, "val | train: data.val_split or data.train_split, with the validation transform")
       ->check(CLI::IsMember({"val", "train"}));
-  cmd.add_option("--device", a.start.device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
-  add_decoder_option(cmd, a.start.decoder);
+  add_device_options(cmd, a.start);
   cmd.add_flag("--json", a.json, "print the result as one JSON object");
   cmd.add_option("overrides", a.start.overrides, "section.key=value config overrides");
 }

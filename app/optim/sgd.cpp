@@ -37,10 +37,11 @@ void Sgd::step(const at::Tensor& lr, const at::Tensor& found_inf) { step_impl(0.
 
 void Sgd::step_impl(double lr, const at::Tensor& lr_tensor, const at::Tensor& found_inf) {
   const bool first = !started_;
+  const bool momentum = options_.momentum != 0;  // plain SGD keeps no buffers (ATen's fused SGD takes none)
   at::NoGradGuard no_grad;
   for (auto& g : groups_) {
     if (g.params.empty()) continue;
-    if (g.buffers.empty()) {
+    if (momentum && g.buffers.empty()) {
       for (auto& p : g.params) g.buffers.push_back(at::zeros_like(p));
     }
     std::vector<at::Tensor> params, grads, buffers;
@@ -48,7 +49,7 @@ void Sgd::step_impl(double lr, const at::Tensor& lr_tensor, const at::Tensor& fo
       if (!g.params[i].grad().defined()) continue;
       params.push_back(g.params[i]);
       grads.push_back(g.params[i].grad());
-      buffers.push_back(g.buffers[i]);
+      if (momentum) buffers.push_back(g.buffers[i]);
     }
     if (params.empty()) continue;
     // is_first_step: the buffer becomes the gradient itself (torch.optim.SGD's first step). A first step that

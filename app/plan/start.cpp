@@ -21,9 +21,10 @@ std::vector<std::string> overrides_of(const StartArgs& a) {
 
 }  // namespace
 
-void add_decoder_option(CLI::App& command, std::string& decoder) {
-  // Checked as the key is (with its "did you mean"), not here.
-  command.add_option("--decoder", decoder, "cpu | nvjpeg | auto (same as data.decoder=...)");
+void add_device_options(CLI::App& command, StartArgs& args) {
+  // Checked as their keys are (with their "did you mean"), not here.
+  command.add_option("--device", args.device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
+  command.add_option("--decoder", args.decoder, "cpu | nvjpeg | auto (same as data.decoder=...)");
 }
 
 Plan start(const StartArgs& args) {

@@ -20,12 +20,12 @@ struct StartArgs {
   std::string config;                  // --config: the TOML file
   std::vector<std::string> overrides;  // section.key=value, TOML value syntax
   std::string mode;                    // --mode (train): pipeline.mode, if given
-  std::string device;                  // --device (train): train.device, if given
+  std::string device;                  // --device: train.device, if given
   std::string decoder;                 // --decoder: data.decoder, if given
 };
 
-// --decoder, spelt and checked alike for both commands.
-void add_decoder_option(CLI::App& command, std::string& decoder);
+// --device and --decoder, spelt and checked alike on every command that trains or evaluates (train, bench, eval).
+void add_device_options(CLI::App& command, StartArgs& args);
 
 // Ctrl-C handling (signals.h), the config read with its overrides, set_cuda_environment, this process's place
 // among the ranks, the plan resolved for it, use_plan_device. Throws ConfigError.

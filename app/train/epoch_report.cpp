@@ -105,8 +105,11 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
              {"loss_scale", num_or_null(p.loss_scale)}, {"skipped_steps", p.skipped_steps}});
   std::ostringstream line;
   line.precision(4);
-  line << "epoch " << er.epoch << "/" << plan.schedule.epochs << " (" << er.image_size << " px): train_loss " << er.train_loss << " val_loss "
-       << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5) << " | " << t.samples_per_s
+  line << "epoch " << er.epoch << "/" << plan.schedule.epochs << " (" << er.image_size << " px): train_loss " << er.train_loss;
+  if (plan.train.eval) {  // train.eval = false: nothing to say about what was not measured
+    line << " val_loss " << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5);
+  }
+  line << " | " << t.samples_per_s
        << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
        << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " (loader " << fmt_ms(t.loader_ms.mean)
        << ") | ahead ms " << fmt_ms(t.ahead_ms.mean) << " | h2d ms " << fmt_ms(t.h2d_ms.mean)

@@ -2,6 +2,7 @@
 
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace pinfeed::app {
@@ -40,6 +41,12 @@ double LossMeter::latest() {
     ready_->record(*stream_);
   }
   return shown_;
+}
+
+bool loss_diverged(double mean_loss, int64_t num_classes, bool fp16) {
+  if (std::isnan(mean_loss) && fp16) return false;
+  if (!std::isfinite(mean_loss)) return !fp16;
+  return mean_loss > kDivergedLossFactor * std::log(static_cast<double>(std::max<int64_t>(num_classes, 2)));
 }
 
 double LossMeter::mean() const { return count_ ? sum_.item<double>() / count_ : NAN; }

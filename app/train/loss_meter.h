@@ -14,6 +14,12 @@
 
 namespace pinfeed::app {
 
+// The rule that an epoch's mean training loss says the run diverged even though the weights are finite: more
+// than kDivergedLossFactor x ln(classes), the loss of a uniform guess (label smoothing keeps it near that), or
+// not finite outside fp16 (where the loss scaler skips an overflowed step and the run goes on).
+inline constexpr double kDivergedLossFactor = 1000;
+bool loss_diverged(double mean_loss, int64_t num_classes, bool fp16);
+
 class LossMeter {
  public:
   // stream: the compute stream on CUDA, nullopt on the CPU.

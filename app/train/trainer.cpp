@@ -176,13 +176,15 @@ class Training {
   // BN statistics, so all of them stop here together. Each step's loss alone would not do: in fp16 the loss
   // scaler skips a step whose gradients overflow, and a weight can overflow while the loss still reads finite.
   void check_finite(int64_t epoch, int64_t step) {
-    const std::string bad = runner_.first_non_finite();
-    if (bad.empty()) return;
-    const double loss = train_loss();
-    throw Diverged("training diverged: " + bad + " is no longer finite at epoch " + std::to_string(epoch + 1) +
-                   " step " + std::to_string(step) + " (mean train loss of the epoch " + std::to_string(loss) +
-                   "); nothing was saved from it, the last checkpoint written is kept. Lower train.lr, add "
-                   "train.warmup_epochs, or check the data");
+    const std::string weight = runner_.first_non_finite();
+    const double loss = losses_.count() ? train_loss() : NAN;  // every rank has run steps, or none has
+    const bool fp16 = plan_.step.precision == Precision::kFp16;
+    if (weight.empty() && !(losses_.count() && loss_diverged(loss, sets_.num_classes, fp16))) return;
+    throw Diverged("training diverged: " + (weight.empty() ? "the mean train loss" : weight) + " is " +
+                   (weight.empty() ? "over " + std::to_string(static_cast<int>(kDivergedLossFactor)) + " x ln(classes) or not finite" : std::string("no longer finite")) + " at epoch " +
+                   std::to_string(epoch + 1) + " step " + std::to_string(step) + " (mean train loss of the epoch " +
+                   std::to_string(loss) + "); nothing was saved from it, the last checkpoint written is kept. Lower "
+                   "train.lr, add train.warmup_epochs, or check the data");
   }
 
   RunShape shape() const {
