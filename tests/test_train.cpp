@@ -15,6 +15,7 @@
 #include "app/run/checkpoint.h"
 #include "app/run/metrics.h"
 #include "app/run/signals.h"
+#include "app/train/epoch_report.h"
 #include "app/train/loss_meter.h"
 #include "app/train/trainer.h"
 #include "data/error.h"
@@ -82,6 +83,20 @@ TEST(Train, AnExplodingLossIsDivergenceToo) {
   EXPECT_FALSE(loss_diverged(NAN, 10, true));
   EXPECT_FALSE(loss_diverged(INFINITY, 10, true));
   EXPECT_FALSE(loss_diverged(600, 1, false));  // one class: ln(2) stands in for ln(1) = 0
+}
+
+// The epoch's first steps time cuDNN's plans and the graph's capture: no rate or ETA from them.
+TEST(Train, ProgressLineSaysWarmingUpUntilTheRateIsMeasured) {
+  const Plan plan = resolve_plan(tiny_config("/unused", "/unused", 2));
+  EpochProgress p;
+  p.step = 1, p.lr = 0.01;
+  const std::string warming = progress_line(plan, 0, p, 10, NAN, 2.3);
+  EXPECT_NE(warming.find("epoch 1/2 step 1/10 | warming up |"), std::string::npos) << warming;
+  EXPECT_NE(warming.find("ETA after the warm-up"), std::string::npos) << warming;
+  p.step = 5;
+  const std::string measured = progress_line(plan, 0, p, 10, 160, 2.3);  // 15 steps of 16 left at 160 samples/s
+  EXPECT_NE(measured.find("| 160 samples/s |"), std::string::npos) << measured;
+  EXPECT_NE(measured.find("ETA 0m1s"), std::string::npos) << measured;
 }
 
 TEST(Train, ResumeContinuesFromTheCheckpoint) {

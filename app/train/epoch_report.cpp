@@ -75,9 +75,10 @@ std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& 
                           double rate, double loss) {
   const double left = (steps_per_epoch - p.step + (plan.schedule.epochs - epoch - 1) * steps_per_epoch);
   std::ostringstream line;
-  line << "epoch " << epoch + 1 << "/" << plan.schedule.epochs << " step " << p.step << "/" << steps_per_epoch
-       << " | " << static_cast<int64_t>(rate) << " samples/s | loss " << fmt_ms(loss) << " | lr "
-       << p.lr << " | ETA " << eta_text(left * plan.train_loader.batch_size / rate);
+  line << "epoch " << epoch + 1 << "/" << plan.schedule.epochs << " step " << p.step << "/" << steps_per_epoch << " | "
+       << (std::isnan(rate) ? std::string("warming up") : std::to_string(static_cast<int64_t>(rate)) + " samples/s")
+       << " | loss " << fmt_ms(loss) << " | lr " << p.lr << " | ETA "
+       << (std::isnan(rate) ? std::string("after the warm-up") : eta_text(left * plan.train_loader.batch_size / rate));
   return line.str();
 }
 

@@ -43,7 +43,8 @@ RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t);  // every 
 void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& sets, const pipeline::Feeder& feed,
                   int64_t steps_per_epoch, bool graphed, const Distributed& dist);
 
-// "epoch 2/90 step 100/5004 | ... | ETA ...": rate in samples/s, loss the latest step's.
+// "epoch 2/90 step 100/5004 | ... | ETA ...": rate in samples/s (NaN in the epoch's warm-up steps: "warming up",
+// no ETA), loss the latest step's.
 std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& p, int64_t steps_per_epoch,
                           double rate, double loss);
 
