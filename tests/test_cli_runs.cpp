@@ -164,6 +164,7 @@ TEST_F(CliRuns, WithoutEvaluationTheEpochLineSaysNothingOfValidation) {
   const std::string log = text_of(run_folder("-quick") / "run.log");
   EXPECT_NE(log.find("epoch 1/1 (32 px): train_loss"), std::string::npos) << log;
   EXPECT_EQ(log.find("val_loss"), std::string::npos) << log;
+  EXPECT_NE(log.find("start-up took "), std::string::npos) << log;  // once, after the first step
 }
 
 }  // namespace

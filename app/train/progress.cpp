@@ -9,6 +9,9 @@
 #include "common/log.h"
 
 namespace pinfeed::app {
+namespace {
+const auto kProcessStart = std::chrono::steady_clock::now();  // static initialisation: before main
+}  // namespace
 
 Progress::Progress(double interval_s) : tty_(::isatty(STDERR_FILENO)), interval_(tty_ ? 0.5 : interval_s) {}
 
@@ -19,6 +22,17 @@ bool Progress::due() const {
 void Progress::show(const std::string& line) {
   log::status(line, tty_);
   last_ = std::chrono::steady_clock::now();
+}
+
+void Progress::step_done() {
+  if (started_) return;
+  started_ = true;
+  std::ostringstream s;
+  s.precision(3);
+  s << "start-up took " << std::chrono::duration<double>(std::chrono::steady_clock::now() - kProcessStart).count()
+    << " s, from the process's start to the end of its first training step (data scan, model, cuDNN's plans, the "
+       "CUDA graph's capture)";
+  log::info(s.str());
 }
 
 void Progress::end() {

@@ -12,9 +12,12 @@ class Progress {
   bool due() const;
   void show(const std::string& line);
   void end();  // a redrawn line gets its newline
+  // After a training step: the first time, one line saying how long the process took to get there.
+  void step_done();
 
  private:
   bool tty_;
+  bool started_ = false;
   double interval_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };

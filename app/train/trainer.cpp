@@ -294,6 +294,7 @@ class Training {
           p.step = epoch_steps_done_ = step + 1;
           rate_samples += batch.size;
           if (step < first + loop.warmup_steps) rate_t0 = Clock::now(), rate_samples = 0;  // plan timing, capture
+          if (dist_.is_main()) progress_.step_done();
           if (dist_.is_main() && progress_.due()) {
             progress_.show(progress_line(plan_, epoch, p, steps_per_epoch_,
                                          rate_samples ? rate_samples / seconds_since(rate_t0) : NAN,
