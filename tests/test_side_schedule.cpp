@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "data/transform/side_schedule.h"
@@ -50,6 +51,12 @@ TEST(SideSchedule, ListHoldsItsLastSideForLaterEpochs) {
   EXPECT_TRUE(parse_sides("", 16, 4096).empty());
   for (const char* bad : {"160x2", "abc", "160*0", "8", "160*", "160*2*3", "160, ,192"}) {
     EXPECT_THROW(parse_sides(bad, 16, 4096), std::invalid_argument) << bad;
+  }
+  try {  // a hostile value is shown escaped, never as the terminal would act on it
+    parse_sides("160\x1b[2J", 16, 4096);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).find('\x1b'), std::string::npos) << e.what();
   }
 }
 

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "data/dataset/image_folder.h"  // printable
+
 namespace pinfeed::data {
 
 int SideSchedule::at(int64_t epoch, int fixed) const {
@@ -49,8 +51,8 @@ std::vector<int> parse_sides(const std::string& text, int lo, int hi) {
     long long count = 1;
     char star = 0, extra = 0;
     std::istringstream in(item);
-    if (!(in >> side)) throw std::invalid_argument(form + ", got \"" + text + "\"");
-    if (in >> star && (star != '*' || !(in >> count) || in >> extra)) throw std::invalid_argument(form + ", got \"" + text + "\"");
+    if (!(in >> side)) throw std::invalid_argument(form + ", got \"" + printable(text) + "\"");
+    if (in >> star && (star != '*' || !(in >> count) || in >> extra)) throw std::invalid_argument(form + ", got \"" + printable(text) + "\"");
     if (side < lo || side > hi) {
       throw std::invalid_argument("must hold sides in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(side));
     }
