@@ -43,17 +43,18 @@ TEST(SideSchedule, OffGivesTheFixedSide) {
 
 TEST(SideSchedule, ListHoldsItsLastSideForLaterEpochs) {
   SideSchedule s;
-  s.by_epoch = parse_sides("160*2, 192", 16, 4096);
+  s.by_epoch = parse_sides("160*2, 192", 16, 4096, 1000);
   EXPECT_EQ(s.by_epoch, (std::vector<int>{160, 160, 192}));
   EXPECT_EQ(by_epoch(s, 5), (std::vector<int>{160, 160, 192, 192, 192}));
   EXPECT_EQ(sides_text(s.by_epoch), "160*2, 192");
-  EXPECT_EQ(parse_sides(sides_text(parse_sides("128*3,160*12 , 192*4", 16, 4096)), 16, 4096).size(), 19u);
-  EXPECT_TRUE(parse_sides("", 16, 4096).empty());
+  EXPECT_EQ(parse_sides(sides_text(parse_sides("128*3,160*12 , 192*4", 16, 4096, 1000)), 16, 4096, 1000).size(), 19u);
+  EXPECT_TRUE(parse_sides("", 16, 4096, 1000).empty());
+  EXPECT_THROW(parse_sides("160*600, 192*401", 16, 4096, 1000), std::invalid_argument);  // over the epochs' bound
   for (const char* bad : {"160x2", "abc", "160*0", "8", "160*", "160*2*3", "160, ,192"}) {
-    EXPECT_THROW(parse_sides(bad, 16, 4096), std::invalid_argument) << bad;
+    EXPECT_THROW(parse_sides(bad, 16, 4096, 1000), std::invalid_argument) << bad;
   }
   try {  // a hostile value is shown escaped, never as the terminal would act on it
-    parse_sides("160\x1b[2J", 16, 4096);
+    parse_sides("160\x1b[2J", 16, 4096, 1000);
     ADD_FAILURE() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()).find('\x1b'), std::string::npos) << e.what();

@@ -147,7 +147,7 @@ const std::vector<Key>& keys() {
       key("data.ramp_step", PINFEED_FIELD(transform.schedule.step), between(1, 512),
           "the ramp's sides are multiples of this, px (FFCV: 32)"),
       parsed("data.image_size_by_epoch", PINFEED_FIELD(transform.schedule.by_epoch),
-             [](const std::string& v) { return data::parse_sides(v, kMinImageSize, kMaxImageSize); }, data::sides_text,
+             [](const std::string& v) { return data::parse_sides(v, kMinImageSize, kMaxImageSize, kMaxEpochs); }, data::sides_text,
              "the training side of each epoch, e.g. \"160*12, 192*4\" (12 epochs at 160, then 192); the last holds "
              "for later epochs; \"\" = off"),
       key("data.scale_min", PINFEED_FIELD(transform.scale_min), in_range(0.001, 1.0),

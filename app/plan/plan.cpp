@@ -149,8 +149,9 @@ void check_resources(const Plan& p) {
 
   // Every rank on this host holds a training ring and, with train.eval, a validation ring, at the same time.
   const int slots = pipeline::ring_slots(p.train_loader.prefetch_batches);
-  const int side = data::largest_side(p.transform, /*train=*/true);
-  const size_t image_bytes = data::bytes_per_image(p.transform.format, std::max(side, data::side_of(p.transform, false, 0)));
+  // Both rings counted at the larger of training's largest side and validation's: a bound from above.
+  const int side = std::max(data::largest_side(p.transform, /*train=*/true), data::side_of(p.transform, false, 0));
+  const size_t image_bytes = data::bytes_per_image(p.transform.format, side);
   const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
   const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist_env.local_world);
   // Half the memory: the rest is for the decode workers' scratch, the dataset index, the model and its

@@ -40,8 +40,7 @@ std::string SideSchedule::problem() const {
   return "";
 }
 
-std::vector<int> parse_sides(const std::string& text, int lo, int hi) {
-  constexpr int64_t kMaxEpochs = 100'000;
+std::vector<int> parse_sides(const std::string& text, int lo, int hi, int64_t max_epochs) {
   const std::string form = "must be sides with optional epoch counts, e.g. \"160*12, 192*4\"";
   std::vector<int> out;
   std::stringstream items(text);
@@ -51,13 +50,15 @@ std::vector<int> parse_sides(const std::string& text, int lo, int hi) {
     long long count = 1;
     char star = 0, extra = 0;
     std::istringstream in(item);
-    if (!(in >> side)) throw std::invalid_argument(form + ", got \"" + printable(text) + "\"");
-    if (in >> star && (star != '*' || !(in >> count) || in >> extra)) throw std::invalid_argument(form + ", got \"" + printable(text) + "\"");
+    const bool malformed = !(in >> side) || (in >> star && (star != '*' || !(in >> count) || in >> extra));
+    if (malformed) throw std::invalid_argument(form + ", got \"" + printable(text) + "\"");
     if (side < lo || side > hi) {
-      throw std::invalid_argument("must hold sides in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(side));
+      throw std::invalid_argument("must hold sides in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                  "], got " + std::to_string(side));
     }
-    if (count < 1 || static_cast<int64_t>(out.size()) + count > kMaxEpochs) {
-      throw std::invalid_argument("must give each side 1 to " + std::to_string(kMaxEpochs) + " epochs in all, got " + std::to_string(count));
+    if (count < 1 || static_cast<int64_t>(out.size()) + count > max_epochs) {
+      throw std::invalid_argument("must give each side 1 to " + std::to_string(max_epochs) + " epochs in all, got " +
+                                  std::to_string(count));
     }
     out.insert(out.end(), static_cast<size_t>(count), side);
   }

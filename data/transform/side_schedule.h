@@ -28,7 +28,8 @@ struct SideSchedule {
 };
 
 // "160*12, 192*4" (a side and how many epochs it holds; "*1" may go unsaid) into 12 x 160 then 4 x 192, and back.
-std::vector<int> parse_sides(const std::string& text, int lo, int hi);  // throws std::invalid_argument("must ...")
+// Sides in [lo, hi], at most max_epochs in all; throws std::invalid_argument("must ...").
+std::vector<int> parse_sides(const std::string& text, int lo, int hi, int64_t max_epochs);
 std::string sides_text(const std::vector<int>& sides);
 
 }  // namespace pinfeed::data
