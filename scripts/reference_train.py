@@ -56,22 +56,24 @@ except ImportError:  # Python < 3.11
 DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_image_size": 0,
              "val_resize_ratio": 0.875, "image_size_min": 0, "image_size_max": 0, "ramp_start": 0, "ramp_end": 0,
-             "ramp_step": 32, "image_size_by_epoch": "", "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "cpu", "workers": 0,
+             "ramp_step": 32, "image_size_by_epoch": "", "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "auto", "workers": 0,
              "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "nvjpeg_share": 1.0},
     "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
               "pad_input": "auto", "fold_grad_add": "auto"},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9, "lr_schedule": "cosine",
               "nesterov": False, "weight_decay": 1e-4, "decay_bn_and_bias": True, "warmup_epochs": 0.0,
               "min_lr": 0.0, "label_smoothing": 0.0, "precision": "tf32", "loss_scale_init": 65536.0,
-              "loss_scale_growth_interval": 2000, "channels_last": False,
-              "cudnn_benchmark": True, "cuda_graph": False, "seed": 0, "device": "auto",
+              "loss_scale_growth_interval": 2000, "channels_last": "auto",
+              "cudnn_benchmark": True, "cuda_graph": "auto", "seed": 0, "device": "auto",
               "max_steps_per_epoch": 0, "eval": True, "init_from": ""},
-    "pipeline": {"mode": "", "pin_memory": False, "non_blocking": False, "dual_stream": False,
+    "pipeline": {"mode": "auto", "pin_memory": False, "non_blocking": False, "dual_stream": False,
                  "transfer_dtype": "float32", "pinned_budget_mb": 0, "max_steps_ahead": 2, "warmup_steps": 10},
     "dist": {"backend": "auto", "bucket_mb": 25.0, "overlap": True, "timeout_s": 300},
     "run": {"name": "run", "dir": "runs", "log_steps": False, "trace_steps": "", "checkpoint_every": 1,
             "progress_interval_s": 10.0},
 }
+# Keys that take true, false or "auto".
+SWITCHES = {"train.channels_last", "train.cuda_graph"}
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 EXIT_USAGE = 2
 
@@ -93,7 +95,11 @@ def set_key(cfg, dotted, value, where, raw=None):
     if section not in DEFAULTS or key not in DEFAULTS[section]:
         raise UsageError(f"{where}: unknown config key '{dotted}' (pinfeed help config lists them)")
     default = DEFAULTS[section][key]
-    if isinstance(default, bool):
+    if dotted in SWITCHES:
+        if raw is not None and not isinstance(value, bool):
+            value = raw
+        ok = isinstance(value, bool) or value == "auto"
+    elif isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
@@ -261,7 +267,8 @@ def train(cfg, args):
         return 3
     scale = t["batch_size"] / t["lr_reference_batch"] if t["lr_reference_batch"] > 0 else 1.0
 
-    fmt = torch.channels_last if t["channels_last"] else torch.contiguous_format
+    channels_last = t["channels_last"] if t["channels_last"] != "auto" else device.type == "cuda"
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = torchvision.models.resnet50(num_classes=num_classes, zero_init_residual=m["zero_init_residual"])
     model = model.to(device, memory_format=fmt)
     decay, no_decay = [], []
@@ -280,7 +287,7 @@ def train(cfg, args):
     timing_warmup = min(cfg["pipeline"]["warmup_steps"], steps_per_epoch // 4)
 
     print(f"reference: {len(train_set)} train images, {num_classes} classes, device {device}, {workers} workers, "
-          f"{steps_per_epoch} steps/epoch, precision {t['precision']}, channels_last {t['channels_last']}, "
+          f"{steps_per_epoch} steps/epoch, precision {t['precision']}, channels_last {channels_last}, "
           f"transfer {cfg['pipeline']['transfer_dtype']}, peak lr {t['lr'] * scale:g}, seed {seed}, "
           f"torch {torch.__version__}, torchvision {torchvision.__version__}", flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

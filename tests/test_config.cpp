@@ -74,7 +74,7 @@ TEST(Config, ImpossibleValueIsRejected) {
   EXPECT_NE(error_of(std::string(kBase) + "[train]\nmomentum = 1.0\n").find("train.momentum must be in [0, 1)"), std::string::npos);
   EXPECT_NE(error_of(kBase, {"data.nvjpeg_share=1.5"}).find("data.nvjpeg_share must be in [0, 1], got 1.5"), std::string::npos);
   EXPECT_NE(error_of(std::string(kBase) + "[train]\ndevice = \"gpu\"\n").find("train.device must be"), std::string::npos);
-  EXPECT_NE(error_of(std::string(kBase) + "[pipeline]\nmode = \"fast\"\n").find("pipeline.mode must be one of \"pageable\""), std::string::npos);
+  EXPECT_NE(error_of(std::string(kBase) + "[pipeline]\nmode = \"fast\"\n").find("pipeline.mode must be one of \"auto\" | \"pageable\""), std::string::npos);
   EXPECT_EQ(error_of(std::string(kBase) + "[data]\n").rfind("cfg.toml:3:", 0), 0u);  // a table defined twice
 }
 
@@ -253,6 +253,29 @@ TEST(Config, ResolvedConfigRoundTrips) {
   EXPECT_DOUBLE_EQ(again.schedule.lr, 0.3);
   EXPECT_EQ(again.pipeline.mode, pipeline::Mode::kPinned);
   EXPECT_EQ(to_toml(again), to_toml(c));
+}
+
+TEST(Config, SwitchKeysTakeTrueFalseOrAutoAndReadBack) {
+  const Config defaults = parse_config_string(kBase, "cfg.toml");
+  EXPECT_FALSE(defaults.train.channels_last.has_value());  // "auto"
+  EXPECT_FALSE(defaults.train.cuda_graph.has_value());
+  EXPECT_EQ(defaults.dataset.decoder, Decoder::kAuto);
+  EXPECT_FALSE(defaults.pipeline.mode.has_value());  // "auto"
+  const Config c = parse_config_string(std::string(kBase) + "[train]\nchannels_last = true\ncuda_graph = \"auto\"\n",
+                                       "cfg.toml", {"train.cuda_graph=false", "train.channels_last=auto"});
+  EXPECT_FALSE(c.train.channels_last.has_value());
+  EXPECT_EQ(c.train.cuda_graph, false);
+  const Config again = parse_config_string(to_toml(c), "resolved.toml");
+  EXPECT_EQ(to_toml(again), to_toml(c));
+  EXPECT_EQ(again.train.cuda_graph, false);
+  const auto e = test::message_of<ConfigError>(
+      [] { parse_config_string(std::string(kBase) + "[train]\ncuda_graph = \"yes\"\n", "cfg.toml"); });
+  EXPECT_NE(e.find("cfg.toml:4:14: train.cuda_graph must be true, false or \"auto\", got \"yes\""), std::string::npos) << e;
+  const auto typed = test::message_of<ConfigError>(
+      [] { parse_config_string(std::string(kBase) + "[train]\nchannels_last = 1\n", "cfg.toml"); });
+  EXPECT_NE(typed.find("train.channels_last: expected true, false or \"auto\", got 1"), std::string::npos) << typed;
+  // The old spelling of pipeline.mode = "auto" still reads.
+  EXPECT_FALSE(parse_config_string(std::string(kBase) + "[pipeline]\nmode = \"\"\n", "cfg.toml").pipeline.mode);
 }
 
 TEST(Config, ShippedConfigsParse) {

@@ -44,6 +44,24 @@ std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> random_batches(uint6
   return {images, labels};
 }
 
+TEST(GpuTrain, ANewUsersConfigTakesTheFastPathOnCuda) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const Config minimal = parse_config_string("[data]\nroot = \"/unused\"\n", "minimal.toml");
+  const Plan p = resolve_plan(minimal);
+  EXPECT_TRUE(p.step.channels_last);
+  EXPECT_TRUE(p.step.cuda_graph);
+  EXPECT_EQ(p.transform.gpu_decode, gpu::JpegDecoder::unavailable_reason().empty());
+  EXPECT_EQ(pipeline::mode_name(p.pipeline), "dual_stream");
+  EXPECT_EQ(parse_config_string(to_toml(p), "again.toml").train.cuda_graph, std::nullopt);  // still "auto"
+  DistEnv two_ranks;
+  two_ranks.world = two_ranks.local_world = 2;
+  EXPECT_FALSE(resolve_plan(minimal, two_ranks).step.cuda_graph);  // eager with several ranks, said in the log
+  const auto e = test::message_of<ConfigError>([&] {
+    resolve_plan(parse_config_string("[data]\nroot = \"/unused\"\n[train]\ncuda_graph = true\n", "m.toml"), two_ranks);
+  });
+  EXPECT_NE(e.find("train.cuda_graph = true is not supported with 2 ranks"), std::string::npos) << e;
+}
+
 TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const auto [images, labels] = random_batches(3);

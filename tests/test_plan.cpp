@@ -176,6 +176,20 @@ TEST(Plan, ATrainingStepOverTheMemoryThisProcessMayUseIsRefusedNamingTheKeysAndF
   EXPECT_NE(ranks.find(": no cgroup limit)"), std::string::npos) << ranks;
 }
 
+TEST(Plan, AutoDefaultsTakeTheCpuPathOnTheCpuAndExplicitValuesHold) {
+  const Plan p = resolve_plan(cpu_config());  // data.root alone, as a new user writes it
+  EXPECT_FALSE(p.step.channels_last);
+  EXPECT_FALSE(p.step.cuda_graph);
+  EXPECT_FALSE(p.transform.gpu_decode);
+  EXPECT_EQ(pipeline::mode_name(p.pipeline), "pageable");
+  EXPECT_TRUE(resolve_plan(cpu_config({"train.channels_last=true"})).step.channels_last);
+  const auto e = plan_error(cpu_config({"train.cuda_graph=true"}));
+  EXPECT_NE(e.find("train.cuda_graph = true needs a CUDA device (device is cpu)"), std::string::npos) << e;
+  // Written flags are kept as written under pipeline.mode = "auto".
+  const auto flags = plan_error(cpu_config({"pipeline.pin_memory=true"}));
+  EXPECT_NE(flags.find("pipeline.pin_memory = true needs a CUDA device"), std::string::npos) << flags;
+}
+
 TEST(Plan, DefaultRingFitsAndResolves) {
   const Plan p = resolve_plan(cpu_config());
   EXPECT_EQ(p.train_loader.prefetch_batches, 4);

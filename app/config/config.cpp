@@ -49,6 +49,10 @@ bool read_value(const toml::node& node, Type type, Value* out) {
       if (node.is_integer()) { *out = static_cast<double>(*node.value_exact<int64_t>()); return true; }
       if (auto v = node.value_exact<double>()) { *out = *v; return true; }
       return false;
+    case Type::kSwitch:  // true, false, or a string the key checks ("auto")
+      if (auto v = node.value_exact<bool>()) { *out = *v; return true; }
+      if (auto v = node.value_exact<std::string>()) { *out = *v; return true; }
+      return false;
     default:
       if (auto v = node.value_exact<std::string>()) { *out = *v; return true; }
       return false;
@@ -73,6 +77,7 @@ const char* expected_value(Type t) {
     case Type::kBool: return "true or false";
     case Type::kInt: return "an integer";
     case Type::kFloat: return "a number";
+    case Type::kSwitch: return "true, false or \"auto\"";
     default: return "a string";
   }
 }
@@ -199,7 +204,8 @@ void apply_override(Config& c, const std::string& assignment) {
     doc = toml::parse("v = " + value, source);
   } catch (const toml::parse_error& e) {
     // Not a TOML value: toml++'s own words ("could not determine value type") would not say which key or type.
-    if (k->type != Type::kString) {
+    // A string key, or a switch's "auto", takes a bare word.
+    if (k->type != Type::kString && k->type != Type::kSwitch) {
       throw ConfigError(location + ": " + k->name + ": expected " + expected_value(k->type) + ", got '" +
                         printable(value) + "'");
     }

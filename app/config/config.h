@@ -40,7 +40,7 @@ struct DatasetOptions {
   std::string train_split = "train";
   std::string val_split = "val";
   data::BadImagePolicy on_bad_image = data::BadImagePolicy::kSkip;
-  Decoder decoder = Decoder::kCpu;
+  Decoder decoder = Decoder::kAuto;
 };
 
 enum class Arch { kResNet50 };
@@ -56,6 +56,9 @@ struct ModelOptions {
 // The training run's own terms beyond the step's, the loaders' and the schedule's (app/train/).
 struct TrainOptions {
   std::string device = "auto";      // auto | cpu | cuda | cuda:N; resolve_plan answers it in Plan::device
+  // nullopt: "auto"; resolve_plan answers both in StepOptions (channels_last on CUDA; a graph where the step can
+  // be captured: CUDA, one rank).
+  std::optional<bool> channels_last, cuda_graph;
   bool cudnn_benchmark = true;      // configure_backend
   int64_t max_steps_per_epoch = 0;  // 0: every batch of the epoch
   bool eval = true;                 // evaluate on the val split after each epoch

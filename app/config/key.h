@@ -18,7 +18,7 @@
 namespace pinfeed::app {
 
 using Value = std::variant<bool, int64_t, double, std::string>;
-enum class Type { kBool, kInt, kFloat, kString };
+enum class Type { kBool, kInt, kFloat, kString, kSwitch };  // kSwitch: true, false or "auto"
 
 struct Key {
   std::string name;  // "section.key"
@@ -151,6 +151,31 @@ Key parsed(const char* name, F field, Parse parse, Print print, std::string help
     }
   };
   k.get = [field, print](const Config& c) -> Value { return print(field(const_cast<Config&>(c))); };
+  return k;
+}
+
+// A key that takes true, false or "auto" into a std::optional<bool> field (nullopt: "auto", which resolve_plan
+// answers for the plan's device).
+template <class F>
+Key switch_key(const char* name, F field, std::string help) {
+  Key k{name, Type::kSwitch, nullptr, nullptr, std::move(help)};
+  k.set = [field](Config& c, const Value& value) {
+    if (const auto* b = std::get_if<bool>(&value)) {
+      field(c) = *b;
+      return std::string();
+    }
+    const std::string& v = std::get<std::string>(value);
+    if (v == "auto") {
+      field(c) = std::nullopt;
+      return std::string();
+    }
+    return "must be true, false or \"auto\", got \"" + data::printable(v) + "\"" + did_you_mean(v, {"auto"});
+  };
+  k.get = [field](const Config& c) -> Value {
+    const std::optional<bool>& v = field(const_cast<Config&>(c));
+    if (v) return *v;
+    return std::string("auto");
+  };
   return k;
 }
 

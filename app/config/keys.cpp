@@ -95,7 +95,8 @@ constexpr int64_t kMaxTimeoutS = 7 * 24 * 3600;  // a week; c10d converts to mil
 const Names<std::optional<bool>> kAutoOnOff = {{"auto", std::nullopt}, {"on", true}, {"off", false}};
 
 Names<std::optional<pipeline::Mode>> mode_names() {
-  Names<std::optional<pipeline::Mode>> names = {{"", std::nullopt}};
+  // "" is the old spelling of "auto", still read.
+  Names<std::optional<pipeline::Mode>> names = {{"auto", std::nullopt}, {"", std::nullopt}};
   for (const auto& p : pipeline::mode_presets()) names.emplace_back(p.name, p.mode);
   return names;
 }
@@ -233,10 +234,12 @@ const std::vector<Key>& keys() {
           "fp16: first value of the dynamic loss scale (halved on each overflow)"),
       key("train.loss_scale_growth_interval", PINFEED_FIELD(step.loss_scaler.growth_interval),
           between(1, 1'000'000'000), "fp16: steps without overflow before the loss scale doubles"),
-      key("train.channels_last", PINFEED_FIELD(step.channels_last), "NHWC memory format for the model and its input"),
+      switch_key("train.channels_last", PINFEED_FIELD(train.channels_last),
+                 "NHWC memory format for the model and its input: auto (on CUDA) | true | false"),
       key("train.cudnn_benchmark", PINFEED_FIELD(train.cudnn_benchmark), "let cuDNN pick the fastest kernels"),
-      key("train.cuda_graph", PINFEED_FIELD(step.cuda_graph),
-          "capture the whole training step as a CUDA graph and replay it (CUDA only)"),
+      switch_key("train.cuda_graph", PINFEED_FIELD(train.cuda_graph),
+                 "capture the whole training step as a CUDA graph and replay it: auto (on CUDA with one rank; several "
+                 "ranks step eagerly, said once in the log) | true (CUDA, one rank) | false"),
       key("train.seed", PINFEED_FIELD(train_loader.seed), at_least<int64_t>(0),
           "seed of init, shuffling and augmentation"),
       key("train.device", PINFEED_FIELD(train.device), check_device, "auto (CUDA if present) | cpu | cuda | cuda:N"),
@@ -247,7 +250,8 @@ const std::vector<Key>& keys() {
              "a new run starts from the weights of this pinfeed checkpoint or torch.save(model.state_dict()) file "
              "(not its optimizer or epoch); another number of classes re-initialises fc; ~/ expands; \"\" = none"),
       choice("pipeline.mode", PINFEED_FIELD(pipeline.mode), mode_names(),
-             "preset: " + pipeline::preset_names() + "; sets the three flags below; \"\" = the flags as set"),
+             "preset: auto (dual_stream on CUDA, pageable on the CPU; the three flags below as set where any is "
+             "set) | " + pipeline::preset_names() + "; a preset sets the three flags below"),
       key("pipeline.pin_memory", PINFEED_FIELD(pipeline.pin_memory), "workers write batches into page-locked buffers"),
       key("pipeline.non_blocking", PINFEED_FIELD(pipeline.non_blocking), "asynchronous host-to-device copies"),
       key("pipeline.dual_stream", PINFEED_FIELD(pipeline.dual_stream),
@@ -369,6 +373,7 @@ const char* type_name(Type t) {
     case Type::kBool: return "bool";
     case Type::kInt: return "integer";
     case Type::kFloat: return "float";
+    case Type::kSwitch: return "bool or \"auto\"";
     default: return "string";
   }
 }

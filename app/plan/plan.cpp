@@ -60,7 +60,7 @@ Problem device_problem(const Plan& p) {
   if (const auto problem = pipeline::check_options(p.pipeline, p.device.is_cuda())) {
     return {p.pipeline.mode ? "pipeline.mode" : problem.key, problem.message};
   }
-  if (!p.device.is_cuda() && p.step.cuda_graph) {
+  if (!p.device.is_cuda() && p.train.cuda_graph == true) {
     return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
   }
   if (!p.device.is_cuda() && autocast_dtype(p.step.precision)) {
@@ -251,6 +251,32 @@ bool resolve_pad_input(const Plan& p, bool uint8_pixels) {
   return settle(p, p.model.pad_input, "model.pad_input", missing, "to fall back to float32 RGB");
 }
 
+// The step's "auto" switches: what was measured faster wherever it can run. channels_last on CUDA; a CUDA graph
+// on CUDA with one rank (with several, the graph would capture NCCL's all-reduce too, out of the watchdog's
+// reach). An explicit true that cannot run is device_problem's or resolve_plan's error.
+void resolve_step_switches(Plan& p) {
+  const bool cuda = p.device.is_cuda();
+  p.step.channels_last = p.train.channels_last.value_or(cuda);
+  p.step.cuda_graph = p.train.cuda_graph.value_or(cuda && p.dist_env.world == 1);
+  if (!p.train.cuda_graph && cuda && p.dist_env.world > 1 && p.dist_env.rank == 0) {
+    log::info("train.cuda_graph = auto: the step runs eagerly with " + std::to_string(p.dist_env.world) +
+              " ranks (a CUDA graph is captured with one rank only)");
+  }
+}
+
+// pipeline.mode = "auto" with none of its three flags written: dual_stream on CUDA (the mode measured fastest,
+// docs/transfer-modes.md), the flags' defaults (pageable) on the CPU, which has no transfer to overlap.
+void resolve_transfer_mode(Plan& p) {
+  if (p.pipeline.mode || !p.device.is_cuda()) return;
+  for (const char* flag : {"pipeline.pin_memory", "pipeline.non_blocking", "pipeline.dual_stream"}) {
+    if (p.locations.count(flag)) return;
+  }
+  const auto& preset = pipeline::preset_of(pipeline::Mode::kDualStream);
+  p.pipeline.pin_memory = preset.pin_memory;
+  p.pipeline.non_blocking = preset.non_blocking;
+  p.pipeline.dual_stream = preset.dual_stream;
+}
+
 }  // namespace
 
 bool may_decode_on_gpu(const Config& c) {
@@ -262,6 +288,8 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   static_cast<Config&>(p) = c;
   p.dist_env = dist;
   p.device = resolve_device(c, dist);
+  resolve_step_switches(p);
+  resolve_transfer_mode(p);
   if (const Problem problem = device_problem(p); !problem.message.empty()) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
@@ -325,7 +353,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
   if (dist.world > 1 && p.backend == Backend::kNccl && !p.device.is_cuda()) {
     throw ConfigError(location_of(c, "dist.backend") + ": dist.backend = \"nccl\" needs CUDA (device is cpu)");
   }
-  if (dist.world > 1 && p.step.cuda_graph) {
+  if (dist.world > 1 && c.train.cuda_graph == true) {
     // The captured step would have to capture NCCL's all-reduce too, and captured collectives escape the
     // watchdog that bounds a dead rank's wait: refused rather than half-supported.
     throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +

@@ -20,7 +20,8 @@ namespace pinfeed::app {
 // A Config with its answers for this process: the device and its stream, every "auto" settled, the loaders'
 // and the feeder's shape, checked together against this machine. The Config part holds the keys as they were
 // written (to_toml(plan) writes them back; location_of(plan, key) names where): resolve_plan writes only fields
-// no key writes, but for pipeline.transfer_dtype under the GPU decoder (uint8). Resolving changes no process state: start.h sets what a plan asks of the process.
+// no key writes, but for pipeline.transfer_dtype under the GPU decoder (uint8) and the three transfer flags under
+// pipeline.mode = "auto" on CUDA (dual_stream's). Resolving changes no process state: start.h sets what a plan asks of the process.
 struct Plan : Config {
   c10::Device device{c10::kCPU};
   std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on; nullopt on the CPU

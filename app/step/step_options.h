@@ -25,8 +25,8 @@ struct StepOptions {
   std::optional<c10::Stream> compute_stream;  // resolve_plan: CUDA, the stream the model runs on
   Precision precision = Precision::kTf32;     // fp32 | tf32 | bf16 | fp16
   LossScalerOptions loss_scaler;              // fp16 only: dynamic loss scaling
-  bool channels_last = false;                 // the model's 4-D parameters in channels_last
-  bool cuda_graph = false;                    // capture the training step once and replay it (CUDA only)
+  bool channels_last = false;                 // resolve_plan: the model's 4-D parameters in channels_last
+  bool cuda_graph = false;                    // resolve_plan: capture the training step once and replay it (CUDA only)
   model::ResNetOptions net;  // num_classes from the dataset; its kernels' choices settled by resolve_plan
   uint64_t seed = 0;           // the model's initial weights (train.seed, as the loaders')
   int64_t batch_size = 0;      // resolve_plan: train.batch_size, the batches cuda_graph captures (0: any)
