@@ -28,6 +28,7 @@
 #include "data/error.h"
 #include "data/dataset/image_folder.h"
 #include "data/dataset/synthetic.h"
+#include "pipeline/error_text.h"
 #include "pipeline/transfer/options.h"
 
 namespace {
@@ -234,7 +235,7 @@ static int exit_code(int argc, char** argv) {
     log::error(std::string(e.what()) + " (nothing written before this point was changed)");
     return app::kExitOutput;
   } catch (const c10::Error& e) {
-    log::error(std::string("LibTorch: ") + e.what_without_backtrace());
+    log::error("LibTorch: " + error_text(e));
     return app::kExitFailure;
   } catch (const std::exception& e) {
     log::error(e.what());

@@ -6,6 +6,7 @@
 
 #include "data/error.h"
 #include "data/dataset/image_folder.h"
+#include "pipeline/error_text.h"
 #include "pipeline/transfer/feeder.h"
 #include "pipeline/transfer/host_ring.h"
 #include "pipeline/transfer/options.h"
@@ -14,6 +15,18 @@
 
 namespace pinfeed::pipeline {
 namespace {
+
+TEST(ErrorText, LibTorchErrorsLoseTheirStackFrames) {
+  try {
+    TORCH_CHECK(false, "the message");
+  } catch (const std::exception& e) {
+    const std::string text = error_text(e);
+    EXPECT_NE(text.find("the message"), std::string::npos) << text;
+    EXPECT_EQ(text.find("frame #"), std::string::npos) << text;
+    EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+  }
+  EXPECT_EQ(error_text(std::runtime_error("plain")), "plain");
+}
 
 TEST(Modes, PresetsSetTheThreeFlags) {
   struct Expect { const char* name; bool pin, nb, dual; };

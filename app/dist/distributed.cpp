@@ -25,6 +25,7 @@
 #include "app/config/exit_codes.h"
 #include "common/log.h"
 #include "gpu/nccl.h"
+#include "pipeline/error_text.h"
 
 namespace pinfeed::app {
 namespace {
@@ -45,12 +46,6 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 long seconds(std::chrono::steady_clock::duration d) {
   return static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(d).count());
-}
-
-// An exception's text without LibTorch's stack frames (c10::Error::what() carries them).
-std::string error_text(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
-  return e.what();
 }
 
 // A failure of the group rather than of this rank's own work: c10d's errors (store, NCCL), and Gloo's. Gloo

@@ -23,6 +23,7 @@
 #include "data/transform/transforms.h"
 #include "model/resnet.h"
 #include "gpu/gpu.h"
+#include "pipeline/error_text.h"
 
 namespace pinfeed::app {
 namespace fs = std::filesystem;
@@ -99,7 +100,7 @@ int run_predict(const PredictArgs& a) {
     try {  // the transform the model was validated with
       c.transform = parse_config_string(w.config, a.checkpoint + " (its recorded config)").transform;
     } catch (const ConfigError& e) {
-      log::warn(std::string(e.what()) + "; using the default transform (data.image_size = 224)");
+      log::warn(error_text(e) + "; using the default transform (data.image_size = 224)");
     }
   }
   const c10::Device device = predict_device(!a.device.empty() ? a.device : a.config.empty() ? "auto" : c.train.device,
@@ -139,7 +140,7 @@ int run_predict(const PredictArgs& a) {
         data::decode_into(file.data(), file.size(), /*train=*/false, t, rng, scratch, batch.data_ptr<float>() + n * image_floats);
         rows[i - first] = n++;
       } catch (const std::exception& e) {
-        errors[i - first] = e.what();
+        errors[i - first] = error_text(e);
       }
     }
     at::Tensor top_p, top_i;

@@ -34,6 +34,7 @@
 #include "app/train/train_trace.h"
 #include "common/log.h"
 #include "data/error.h"
+#include "pipeline/error_text.h"
 #include "pipeline/transfer/feeder.h"
 
 namespace pinfeed::app {
@@ -239,7 +240,7 @@ class Training {
       bad_images_.record(out);
       save_at_stop(out, s, epoch_so_far());
     } catch (const std::exception& e) {
-      log::warn(why + ": could not save a checkpoint (" + e.what() + "); the last one written is kept");
+      log::warn(why + ": could not save a checkpoint (" + error_text(e) + "); the last one written is kept");
     }
   }
 

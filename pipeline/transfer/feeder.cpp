@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "data/error.h"
+#include "pipeline/error_text.h"
 
 namespace pinfeed::pipeline {
 namespace {
@@ -98,7 +99,7 @@ void Feeder::make_ring(const data::Dataset& dataset, int64_t batch_size, int slo
         ring_ = std::make_unique<HostRing>(slots, batch_size, sample.shape, sample.dtype, /*pinned=*/true, encoded);
         return;
       } catch (const std::exception& e) {
-        why = std::string("page-locked allocation failed: ") + e.what();
+        why = "page-locked allocation failed: " + error_text(e);
       }
     }
     log::warn("pinned memory unavailable (" + why + "); falling back to mode pageable");
