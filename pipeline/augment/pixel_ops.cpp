@@ -4,7 +4,7 @@
 #include <ATen/ops/add.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/conv2d.h>
+#include <ATen/ops/avg_pool2d.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/grid_sampler.h>
 #include <ATen/ops/isfinite.h>
@@ -12,7 +12,6 @@
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
-#include <ATen/ops/tensor.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
@@ -52,6 +51,14 @@ OpParams to_float(const std::array<double, 6>& m) {
   return p;
 }
 
+// A few values as a tensor made on `options`' device by fills: at::tensor would copy them from pageable memory,
+// which makes the host wait for the stream.
+at::Tensor small_tensor(const std::vector<double>& values, const at::TensorOptions& options) {
+  at::Tensor t = at::empty({static_cast<int64_t>(values.size())}, options);
+  for (size_t i = 0; i < values.size(); ++i) t[static_cast<int64_t>(i)].fill_(values[i]);
+  return t;
+}
+
 // Parameter k of each image, shaped to broadcast over (n, C, H, W).
 at::Tensor per_image(const at::Tensor& params, int k) { return params.select(1, k).view({-1, 1, 1, 1}); }
 
@@ -75,7 +82,7 @@ at::Tensor affine_grid(const at::Tensor& theta, int64_t h, int64_t w) {
   base.select(3, 0).copy_(at::linspace(-w * 0.5 + d, w * 0.5 + d - 1, w, f));
   base.select(3, 1).copy_(at::linspace(-h * 0.5 + d, h * 0.5 + d - 1, h, f).unsqueeze(-1));
   base.select(3, 2).fill_(1);
-  const at::Tensor rescaled = theta.transpose(1, 2) / at::tensor({0.5 * static_cast<double>(w), 0.5 * static_cast<double>(h)}, f);
+  const at::Tensor rescaled = theta.transpose(1, 2) / small_tensor({0.5 * static_cast<double>(w), 0.5 * static_cast<double>(h)}, f);
   const int64_t n = theta.size(0);
   return base.view({1, h * w, 3}).expand({n, h * w, 3}).bmm(rescaled).view({n, h, w, 2});
 }
@@ -92,25 +99,24 @@ at::Tensor affine(const at::Tensor& images, const at::Tensor& params, const Pixe
   if (o.fill) {
     const at::Tensor mask = img.narrow(1, 3, 1).expand({n, 3, h, w});
     img = img.narrow(1, 0, 3);
-    const at::Tensor fill = at::tensor(std::vector<float>(o.fill->begin(), o.fill->end()), img.options()).view({1, 3, 1, 1});
+    const at::Tensor fill = small_tensor({(*o.fill)[0], (*o.fill)[1], (*o.fill)[2]}, img.options()).view({1, 3, 1, 1});
     img = nearest ? at::where(mask < 0.5, fill, img) : img * mask + (1.0 - mask) * fill;
   }
   return img.round().to(at::kByte);
 }
 
 // _functional_tensor.py adjust_sharpness: blended with the image blurred by [[1,1,1],[1,5,1],[1,1,1]] / 13
-// (rounded to uint8), whose one-pixel border is the image's own.
+// (rounded to uint8), whose one-pixel border is the image's own. The blur as (9 x the 3x3 mean + 4 x the centre)
+// / 13 rather than a convolution: the exact value, an integer over 13, is never within 1/26 of a rounding edge,
+// so any float sum rounds as torchvision's does; and a pooling has no per-shape cuDNN autotuning, which a
+// convolution of each batch's group size would start (train.cudnn_benchmark).
 at::Tensor sharpness(const at::Tensor& images, const at::Tensor& params) {
-  const auto f = images.options().dtype(at::kFloat);
-  at::Tensor kernel = at::ones({3, 3}, f);
-  kernel[1][1] = 5.0;
-  kernel = kernel / kernel.sum();
-  kernel = kernel.expand({3, 1, 3, 3}).contiguous();
-  const at::Tensor blurred = at::conv2d(images.to(at::kFloat), kernel, /*bias=*/at::Tensor(), /*stride=*/at::IntArrayRef{1, 1},
-                                          /*padding=*/at::IntArrayRef{0, 0}, /*dilation=*/at::IntArrayRef{1, 1}, /*groups=*/3).round().to(at::kByte);
-  at::Tensor degenerate = images.clone();
   const int64_t h = images.size(2), w = images.size(3);
-  degenerate.narrow(2, 1, h - 2).narrow(3, 1, w - 2).copy_(blurred);
+  const at::Tensor x = images.to(at::kFloat);
+  const at::Tensor centre = x.narrow(2, 1, h - 2).narrow(3, 1, w - 2);
+  const at::Tensor sum = at::avg_pool2d(x, {3, 3}, {1, 1}).mul_(9).add_(centre, 4);
+  at::Tensor degenerate = images.clone();
+  degenerate.narrow(2, 1, h - 2).narrow(3, 1, w - 2).copy_(sum.div_(13).round_().to(at::kByte));
   return blend(images, degenerate, params);
 }
 
