@@ -36,8 +36,7 @@ std::array<double, 6> inverse_affine(double cx, double cy, double angle, double 
   const double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
   const double c = std::sin(rot - sy) / std::cos(sy);
   const double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
-  std::array<double, 6> m = {d, -b, 0.0, -c, a, 0.0};
-  for (double& x : m) x = x / 1.0;  // scale 1.0
+  std::array<double, 6> m = {d, -b, 0.0, -c, a, 0.0};  // divided by the scale, 1.0
   m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
   m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
   m[2] += cx;
