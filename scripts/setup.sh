@@ -43,6 +43,12 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     step "installing matplotlib into $venv"
     "$venv/bin/pip" install -q matplotlib
   fi
+  # The peers the augmentation tests hold pinfeed's ops against (tests/check_augment.py): test references only,
+  # pinfeed's code never imports them. torchvision's version is the one built for this torch.
+  if ! "$venv/bin/python" -c 'import torchvision, timm' 2>/dev/null; then
+    step "installing torchvision and timm into $venv (test references)"
+    "$venv/bin/pip" install -q "torchvision==0.26.0" "timm==1.0.31"
+  fi
   # nvJPEG (data.decoder = "nvjpeg"): the CUDA toolkit's where it has one, else the nvidia-nvjpeg wheel's beside
   # torch (CPU machines' toolkits lack it; CMake finds it there). Its 13.0 series matches the CUDA 13.0 toolkit.
   if [ ! -f /usr/local/cuda/include/nvjpeg.h ] && ! compgen -G "$venv/lib/python*/site-packages/nvidia/cu13/include/nvjpeg.h" >/dev/null; then

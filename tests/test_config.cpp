@@ -354,5 +354,43 @@ TEST(Config, ControlCharactersInValuesAreRefusedOrEscapedNeverEchoed) {
   }
 }
 
+TEST(Config, AugmentationKeysReachTheAugmentOptionsAndReadBack) {
+  const Config c = parse_config_string(std::string(kBase) + "auto_augment = \"rand-m9-n2\"\naugment_fill = \"124,116,104\"\n"
+                                           "augment_interpolation = \"bilinear\"\nrandom_erasing = 0.25\n"
+                                           "random_erasing_value = \"random\"\nmixup_alpha = 0.8\ncutmix_alpha = 1\n"
+                                           "mixup_prob = 0.5\nmixup_switch_prob = 0.3\n",
+                                       "cfg.toml");
+  const auto& a = c.augment;
+  EXPECT_EQ(a.auto_augment.policy, pipeline::augment::Policy::kRandAugment);
+  EXPECT_EQ(a.auto_augment.rand_ops, 2);
+  EXPECT_EQ(a.auto_augment.rand_magnitude, 9);
+  EXPECT_EQ(a.interpolation, pipeline::augment::Interpolation::kBilinear);
+  EXPECT_EQ(*a.fill, (std::array<float, 3>{124, 116, 104}));
+  EXPECT_DOUBLE_EQ(a.erasing_p, 0.25);
+  EXPECT_EQ(a.erasing_value, pipeline::augment::ErasingValue::kRandom);
+  EXPECT_DOUBLE_EQ(a.mixup_alpha, 0.8);
+  EXPECT_DOUBLE_EQ(a.cutmix_alpha, 1.0);
+  EXPECT_DOUBLE_EQ(a.mix_prob, 0.5);
+  EXPECT_DOUBLE_EQ(a.switch_prob, 0.3);
+  const Config back = parse_config_string(to_toml(c), "back.toml");
+  EXPECT_EQ(back.augment.auto_augment, a.auto_augment);
+  EXPECT_EQ(back.augment.fill, a.fill);
+  EXPECT_FALSE(parse_config_string(kBase, "cfg.toml").augment.any());  // off unless asked for
+}
+
+TEST(Config, BadAugmentationValuesSayWhatIsAllowedInOneLine) {
+  const auto policy = error_of(kBase, {"data.auto_augment=\"rand-m40-n2\""});
+  EXPECT_NE(policy.find("data.auto_augment must be \"\" (off), \"trivial\""), std::string::npos) << policy;
+  EXPECT_NE(policy.find("got \"rand-m40-n2\""), std::string::npos) << policy;
+  EXPECT_EQ(policy.find('\n'), std::string::npos) << policy;
+  EXPECT_NE(error_of(kBase, {"data.augment_fill=\"1,2\""}).find("data.augment_fill must be"), std::string::npos);
+  EXPECT_NE(error_of(kBase, {"data.random_erasing=1.5"}).find("data.random_erasing must be in [0, 1], got 1.5"), std::string::npos);
+  EXPECT_NE(error_of(kBase, {"data.random_erasing_value=\"noise\""}).find("must be one of \"zero\" | \"random\""),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase, {"data.mixup_alpha=-1"}).find("data.mixup_alpha must be in [0, 100], got -1"), std::string::npos);
+  EXPECT_NE(error_of(kBase, {"data.augment_interpolation=\"bicubic\""}).find("must be one of \"nearest\" | \"bilinear\""),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace pinfeed::app

@@ -197,5 +197,17 @@ TEST(Plan, DefaultRingFitsAndResolves) {
   EXPECT_GT(data::worker_count(p.train_loader), 0);
 }
 
+TEST(Plan, AutoAugmentTakesUint8PixelsAndTheTrainingFeederGetsTheSmoothing) {
+  const Plan plain = resolve_plan(cpu_config({"data.random_erasing=0.25", "data.mixup_alpha=0.2"}));
+  EXPECT_EQ(plain.pipeline.transfer_dtype, pipeline::TransferDtype::kFloat32);  // erasing and mixing work on floats
+  const Plan p = resolve_plan(cpu_config({"data.auto_augment=\"trivial\"", "train.label_smoothing=0.1"}));
+  EXPECT_EQ(p.pipeline.transfer_dtype, pipeline::TransferDtype::kUint8);  // the policy's ops are uint8 ones
+  EXPECT_EQ(p.transform.format, data::PixelFormat::kUint8Hwc);
+  const pipeline::augment::AugmentOptions a = train_augment(p, 7);
+  EXPECT_EQ(a.num_classes, 7);
+  EXPECT_DOUBLE_EQ(a.label_smoothing, 0.1);
+  EXPECT_TRUE(a.pixel_ops());
+}
+
 }  // namespace
 }  // namespace pinfeed::app

@@ -335,6 +335,14 @@ TEST(Train, ResumeMidEpochEqualsTheUninterruptedRunBitForBit) {
   expect_resumed_run_equals_the_uninterrupted_one("train_exact_mid", {3});
 }
 
+// The augmentations' draws replay on resume: each batch's are keyed by (train.seed, epoch, batch), not by what ran.
+TEST(Train, ResumeMidEpochWithAugmentationsEqualsTheUninterruptedRunBitForBit) {
+  expect_resumed_run_equals_the_uninterrupted_one("train_exact_augment", {3},
+                                                  {"data.auto_augment=\"trivial\"", "data.random_erasing=0.5",
+                                                   "data.mixup_alpha=0.8", "data.cutmix_alpha=1.0",
+                                                   "train.label_smoothing=0.1"});
+}
+
 // Stopped after epoch 1's last step, before its evaluation (the resumed run runs no step of that epoch, then
 // evaluates and reports it as the uninterrupted run did), then again mid-epoch 2, resumed each time.
 TEST(Train, ResumeAtAnEpochBoundaryThenMidEpochEqualsTheUninterruptedRunBitForBit) {

@@ -47,10 +47,13 @@ struct Row {
   std::string name;
   RowKind kind = RowKind::kFeeder;
   bool gpu_decode = false;  // kLoaderOnly with the GPU decoder: the Feeder decoding every batch, no model step
+  bool augment = true;      // the Feeder applies the config's augmentations (train's); false: a -no_augment row
   Plan plan;  // the run's plan in this row's mode (pageable for the framing rows), checked for the device
 };
 
-std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
+constexpr const char* kNoAugmentSuffix = "-no_augment";
+
+std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names, bool augment_ab) {
   if (names.empty()) {
     for (const auto& p : pipeline::mode_presets()) names.push_back(p.name);
     names.push_back(kGpuResidentRow);
@@ -78,7 +81,12 @@ std::vector<Row> plan_rows(const Plan& plan, std::vector<std::string> names) {
     } catch (const ConfigError& e) {
       throw ConfigError(std::string("--modes: ") + e.what());
     }
-    rows.push_back(std::move(row));
+    rows.push_back(row);
+    if (augment_ab && row.kind == RowKind::kFeeder) {  // the same mode without the augmentations, right after it
+      row.name += kNoAugmentSuffix;
+      row.augment = false;
+      rows.push_back(std::move(row));
+    }
   }
   return rows;
 }
@@ -122,7 +130,9 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
     return sample_of(run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
                      kLoaderOnlyRow);
   }
-  pipeline::Feeder feeder(sets.train, loader, row.plan.pipeline, row.plan.feeder);
+  const pipeline::augment::AugmentOptions augment =
+      row.augment ? train_augment(row.plan, sets.num_classes) : pipeline::augment::AugmentOptions{};
+  pipeline::Feeder feeder(sets.train, loader, row.plan.pipeline, row.plan.feeder, augment);
   *workers = feeder.workers();
   pipeline::StepMeter meter(row.plan.compute_stream);
   if (row.kind == RowKind::kGpuResident) {
@@ -163,7 +173,10 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
             {"max_steps_ahead", plan.loop.max_steps_ahead}, {"warmup_steps", a.warmup}, {"steps", a.steps},
             {"repeats", a.repeats}, {"trace_steps", a.trace_steps}, {"cuda_graph", plan.step.cuda_graph},
             {"fused_bn", plan.step.net.fused_bn}, {"stem_max_pool", plan.step.net.stem_max_pool},
-            {"fold_grad_add", plan.step.net.fold_grad_add}, {"bn_graph", model::to_string(plan.step.net.bn_graph)}};
+            {"fold_grad_add", plan.step.net.fold_grad_add}, {"bn_graph", model::to_string(plan.step.net.bn_graph)},
+            {"auto_augment", pipeline::augment::policy_text(plan.augment.auto_augment)},
+            {"random_erasing", plan.augment.erasing_p}, {"mixup_alpha", plan.augment.mixup_alpha},
+            {"cutmix_alpha", plan.augment.cutmix_alpha}, {"augment_ab", a.augment_ab}};
   if (plan.device.is_cuda()) {
     const auto info = gpu::device_info(plan.device.index());
     m["gpu"] = info.name;
@@ -237,6 +250,9 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("--trace-steps", a.trace_steps,
                  "A-B: Kineto trace (Perfetto) of timed steps A to B (0 = the first after --warmup) of each row's "
                  "first repeat, into --out as trace.<row>.json");
+  cmd.add_flag("--augment-ab", a.augment_ab,
+               "each transfer-mode row also runs without the config's augmentations (data.auto_augment, "
+               "data.random_erasing, data.mixup_*), as <mode>-no_augment, interleaved with it");
   cmd.add_option("overrides", a.start.overrides, "section.key=value config overrides");
 }
 
@@ -248,7 +264,11 @@ int run_bench(const BenchArgs& a, const StopRequest& stop) {
               " px; the data.image_size schedule is train's (set data.image_size to bench another side)");
     plan.transform.schedule = {};
   }
-  const std::vector<Row> rows = plan_rows(plan, a.modes);
+  if (a.augment_ab && !plan.augment.any()) {
+    throw ConfigError("--augment-ab compares rows with and without the config's augmentations, but it sets none: set "
+                      "data.auto_augment, data.random_erasing, data.mixup_alpha or data.cutmix_alpha");
+  }
+  const std::vector<Row> rows = plan_rows(plan, a.modes, a.augment_ab);
   Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] { return bench_rows(plan, rows, dist, stop, a, trace_steps); });
 }

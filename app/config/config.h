@@ -18,6 +18,7 @@
 #include "data/loader/loader.h"
 #include "data/transform/transforms.h"
 #include "model/batch_norm.h"
+#include "pipeline/augment/options.h"
 #include "pipeline/transfer/options.h"
 
 namespace pinfeed::app {
@@ -101,6 +102,7 @@ struct LoopOptions {
 struct Config {
   DatasetOptions dataset;
   data::TransformOptions transform;   // its pixel format and gpu_decode answered by resolve_plan
+  pipeline::augment::AugmentOptions augment;  // the training Feeder's; num_classes, label_smoothing: train_augment
   data::LoaderOptions train_loader;   // the validation loader is derived from it (app/plan/plan.cpp)
   ModelOptions model;
   StepOptions step;

@@ -14,6 +14,7 @@ namespace pinfeed::app {
 namespace {
 
 using data::printable;
+namespace augment = pipeline::augment;
 
 template <class T>
 Check<T> at_least(T lo) {
@@ -181,6 +182,31 @@ const std::vector<Key>& keys() {
       key("data.nvjpeg_share", PINFEED_FIELD(transform.nvjpeg_share), in_range(0.0, 1.0),
           "with data.decoder = nvjpeg: the fraction of samples (fixed by index) whose JPEGs the GPU decodes; the "
           "workers decode the rest"),
+      parsed("data.auto_augment", PINFEED_FIELD(augment.auto_augment), augment::parse_policy, augment::policy_text,
+             "training batches, on the device, with torchvision's ops and magnitudes: trivial (TrivialAugmentWide, 31 "
+             "bins) | rand-mM-nN (RandAugment: N ops at bin M of 31, e.g. rand-m9-n2) | imagenet (AutoAugment's "
+             "ImageNet policy) | \"\" = off; the pixels cross as uint8"),
+      choice("data.augment_interpolation", PINFEED_FIELD(augment.interpolation),
+             {{"nearest", augment::Interpolation::kNearest}, {"bilinear", augment::Interpolation::kBilinear}},
+             "data.auto_augment's shears, translations and rotations: nearest (torchvision's default) | bilinear"),
+      parsed("data.augment_fill", PINFEED_FIELD(augment.fill), augment::parse_fill, augment::fill_text,
+             "data.auto_augment's geometric ops: the pixel value where the moved image leaves none, \"R,G,B\" or one "
+             "value in [0, 255]; \"\" = zeros (torchvision's fill=None)"),
+      key("data.random_erasing", PINFEED_FIELD(augment.erasing_p), in_range(0, 1),
+          "torchvision's RandomErasing of the normalised training batch: the probability an image gets a box "
+          "(2-33% of its area, aspect 0.3-3.3); 0 = off"),
+      choice("data.random_erasing_value", PINFEED_FIELD(augment.erasing_value),
+             {{"zero", augment::ErasingValue::kZero}, {"random", augment::ErasingValue::kRandom}},
+             "what an erased box holds: zero (the mean colour) | random (standard normal values)"),
+      key("data.mixup_alpha", PINFEED_FIELD(augment.mixup_alpha), in_range(0, 100),
+          "timm's Mixup (mode batch): the training batch blended with its mirror image by Beta(alpha, alpha), its "
+          "labels soft targets with train.label_smoothing folded in; 0 = off"),
+      key("data.cutmix_alpha", PINFEED_FIELD(augment.cutmix_alpha), in_range(0, 100),
+          "timm's CutMix (mode batch): a box of the mirror image pasted in, its area from Beta(alpha, alpha); 0 = off"),
+      key("data.mixup_prob", PINFEED_FIELD(augment.mix_prob), in_range(0, 1),
+          "with Mixup or CutMix on: the probability a batch is mixed at all (timm's prob)"),
+      key("data.mixup_switch_prob", PINFEED_FIELD(augment.switch_prob), in_range(0, 1),
+          "with both on: the probability a batch gets CutMix rather than Mixup (timm's switch_prob)"),
       choice("model.arch", PINFEED_FIELD(model.arch), {{"resnet50", Arch::kResNet50}}, "network"),
       key("model.num_classes", PINFEED_FIELD(model.num_classes), between(0, kMaxClasses),
           "classifier outputs; 0 = number of class folders"),

@@ -316,6 +316,16 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
     uint8_pixels = true;
     p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
   }
+  // data.auto_augment's ops are torchvision's uint8 ones, applied on the device before the normalisation.
+  if (c.augment.pixel_ops() && !uint8_pixels) {
+    if (c.locations.count("pipeline.transfer_dtype")) {
+      log::warn(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"float32\" does not apply "
+                "with data.auto_augment = \"" + pipeline::augment::policy_text(c.augment.auto_augment) +
+                "\": its ops work on the uint8 pixels, on the device");
+    }
+    uint8_pixels = true;
+    p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
+  }
   p.transform.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
 
   model::ResNetOptions& net = p.step.net;
@@ -369,6 +379,13 @@ Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset) {
     throw ConfigError(std::string("mode '") + preset.name + "': " + problem.message);
   }
   return p;
+}
+
+pipeline::augment::AugmentOptions train_augment(const Plan& p, int64_t num_classes) {
+  pipeline::augment::AugmentOptions a = p.augment;
+  a.num_classes = num_classes;
+  a.label_smoothing = p.step.label_smoothing;
+  return a;
 }
 
 void configure_backend(const Plan& p) {

@@ -20,8 +20,8 @@ namespace pinfeed::app {
 // A Config with its answers for this process: the device and its stream, every "auto" settled, the loaders'
 // and the feeder's shape, checked together against this machine. The Config part holds the keys as they were
 // written (to_toml(plan) writes them back; location_of(plan, key) names where): resolve_plan writes only fields
-// no key writes, but for pipeline.transfer_dtype under the GPU decoder (uint8) and the three transfer flags under
-// pipeline.mode = "auto" on CUDA (dual_stream's). Resolving changes no process state: start.h sets what a plan asks of the process.
+// no key writes, but for pipeline.transfer_dtype under the GPU decoder or data.auto_augment (uint8) and the three
+// transfer flags under pipeline.mode = "auto" on CUDA (dual_stream's). Resolving changes no process state: start.h sets what a plan asks of the process.
 struct Plan : Config {
   c10::Device device{c10::kCPU};
   std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on; nullopt on the CPU
@@ -39,6 +39,9 @@ Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset);
 // Whether the GPU may decode JPEGs under this config, before the device is resolved: what resolve_plan's answer
 // (transform.gpu_decode) starts from, and what start() sets CUDA's environment by.
 bool may_decode_on_gpu(const Config& config);
+// The training Feeder's augmentations: the config's, with the soft targets' width (the model's classes) and
+// train.label_smoothing, which Mixup/CutMix fold into them.
+pipeline::augment::AugmentOptions train_augment(const Plan& plan, int64_t num_classes);
 // cuDNN autotuning and TF32 for the plan's device and precision (process-wide LibTorch settings).
 void configure_backend(const Plan& plan);
 

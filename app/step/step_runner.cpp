@@ -153,7 +153,10 @@ at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tens
   {
     AutocastScope autocast(autocast_, /*cache=*/!graphed_);
     const at::Tensor logits = model_->forward(images);
-    loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, label_smoothing_);
+    // Soft targets (Mixup/CutMix, pipeline/augment/mixup.h) carry their label smoothing already (timm's
+    // mixup_target with SoftTargetCrossEntropy): the loss adds none.
+    const double smoothing = labels.dim() == 2 ? 0.0 : label_smoothing_;
+    loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, smoothing);
   }
   (scaler_ ? scaler_->scale(loss) : loss).backward();
   if (grad_sync_) grad_sync_->finish_step();  // gradients averaged across ranks before the optimizer reads them
@@ -178,9 +181,12 @@ void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
 }
 
 namespace {
-std::vector<int64_t> shape_key(const at::Tensor& t) {
-  std::vector<int64_t> key(t.sizes().begin(), t.sizes().end());
-  key.insert(key.end(), t.strides().begin(), t.strides().end());
+// The images' sizes and strides, and the labels' sizes: class indices or soft targets (a bench runs both).
+std::vector<int64_t> shape_key(const at::Tensor& images, const at::Tensor& labels) {
+  std::vector<int64_t> key(images.sizes().begin(), images.sizes().end());
+  key.insert(key.end(), images.strides().begin(), images.strides().end());
+  key.push_back(-1);
+  key.insert(key.end(), labels.sizes().begin(), labels.sizes().end());
   return key;
 }
 }  // namespace
@@ -199,7 +205,7 @@ at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& la
 StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Tensor& labels) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t reserved0 = gpu::reserved_bytes(device_);
-  Captured& c = graphs_[shape_key(images)];
+  Captured& c = graphs_[shape_key(images, labels)];
   c.images = at::empty_like(images);
   c.labels = at::empty_like(labels);
   c.images.copy_(images);
@@ -236,7 +242,7 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
 }
 
 at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
-  auto it = graphs_.find(shape_key(images));
+  auto it = graphs_.find(shape_key(images, labels));
   Captured& c = it != graphs_.end() ? it->second : capture(images, labels);
   c.images.copy_(images);
   c.labels.copy_(labels);

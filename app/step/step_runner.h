@@ -39,7 +39,9 @@ class StepRunner {
   at::Tensor gather_buffers();
   void scatter_buffers(const at::Tensor& all);
 
-  at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);  // loss, on device
+  // labels: (B,) int64 class indices, or (B, classes) float32 soft targets (smoothed already). Returns the loss, on
+  // the device.
+  at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);
   // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples].
   void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums);
 
@@ -86,7 +88,7 @@ class StepRunner {
   };
   Captured& capture(const at::Tensor& images, const at::Tensor& labels);
   bool graphed_;
-  std::map<std::vector<int64_t>, Captured> graphs_;  // by the batch's sizes and strides
+  std::map<std::vector<int64_t>, Captured> graphs_;  // by the batch's sizes and strides, and its labels' sizes
   at::Tensor lr_;  // () on the device
   CaptureCost capture_cost_;
 };

@@ -61,7 +61,8 @@ class Training {
  public:
   Training(const Plan& plan, Datasets sets, Distributed& dist, StopRequest& stop, int64_t stop_after_steps)
       : plan_(plan), dist_(dist), stop_(stop), sets_(std::move(sets)),
-        train_feed_(sets_.train, with_stop(plan.train_loader, stop), plan.pipeline, plan.feeder),
+        train_feed_(sets_.train, with_stop(plan.train_loader, stop), plan.pipeline, plan.feeder,
+                    train_augment(plan, sets_.num_classes)),
         runner_(plan.step, sets_.num_classes, &dist),
         meter_(plan.compute_stream),
         losses_(plan.device, plan.compute_stream),

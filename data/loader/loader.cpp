@@ -201,6 +201,7 @@ void Loader::open_batch_locked(int slot, int64_t epoch, int64_t index, const std
   const int64_t begin = index * s.options.batch_size;
   const int64_t end = std::min<int64_t>(begin + s.options.batch_size, static_cast<int64_t>(order.size()));
   p->epoch = epoch;
+  p->batch.epoch = epoch;
   p->batch.index = index;
   p->batch.size = end - begin;
   p->batch.side = s.dataset->side(epoch);

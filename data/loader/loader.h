@@ -67,6 +67,7 @@ int default_workers(int processes = 1);
 inline int worker_count(const LoaderOptions& o) { return o.workers > 0 ? o.workers : default_workers(o.host_ranks); }
 
 struct Batch {
+  int64_t epoch = 0;   // whose samples and draws (a batch opened early is the next epoch's)
   int64_t index = -1;  // position within the epoch
   int64_t size = 0;    // samples in it (<= batch_size for a final partial batch)
   int side = 0;        // its images' side (the epoch's: Dataset::side), back to back at that stride

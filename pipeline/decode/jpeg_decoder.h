@@ -53,7 +53,8 @@ class JpegDecoder {
 
   // Issues on `stream` the batch's model input out[0, count): (count, 3, S, S), or (count, 4, S, S) with a zero
   // fourth channel, float32 or float16, on the device, contiguous or channels_last, normalised with the
-  // transform's mean and std. Every images[i] whose kind is not kCpu is
+  // transform's mean and std; or (count, 3, S, S) uint8, the pixels themselves (a Feeder that augments them
+  // normalises them after). Every images[i] whose kind is not kCpu is
   // decoded by nvJPEG; the others are read from pixels[i], where the CPU's uint8 pixels already are (pixels:
   // (B >= count, S, S, 3) uint8, contiguous, on the device; a file nvJPEG refuses is decoded on the CPU into its
   // place there too). The host returns once the work is issued (and nvJPEG's host-side parsing done); buffers are

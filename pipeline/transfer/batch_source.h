@@ -14,7 +14,9 @@ namespace pinfeed::pipeline {
 
 struct DeviceBatch {
   at::Tensor images;  // (B, 3, S, S) float32 on the device, normalised (channels_last if asked)
-  at::Tensor labels;  // (B,) int64 on the device
+  // (B,) int64 on the device; with Mixup/CutMix (augment/mixup.h), (B, classes) float32 soft targets
+  at::Tensor labels;
+  int64_t epoch = 0;
   int64_t index = -1;
   int64_t size = 0;
   int bad_images = 0;

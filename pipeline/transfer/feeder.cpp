@@ -33,7 +33,7 @@ class EventFence : public data::Fence {
 }  // namespace
 
 Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
-               PipelineOptions options, FeederOptions feeder_options)
+               PipelineOptions options, FeederOptions feeder_options, augment::AugmentOptions augment)
     : options_(options), feeder_options_(feeder_options), cuda_(feeder_options.device.is_cuda()) {
   // What the plan decided (app/plan/plan.cpp), asserted, not decided again.
   const OptionsProblem problem = check_options(options_, cuda_);
@@ -45,6 +45,12 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   if (dataset->transform().gpu_decode) {
     TORCH_INTERNAL_ASSERT(cuda_, "the GPU decoder needs a CUDA device");
     decoder_ = std::make_unique<gpu::JpegDecoder>(feeder_options_.device, dataset->transform());
+  }
+  if (augment.any()) {
+    TORCH_INTERNAL_ASSERT(!augment.pixel_ops() || u8_pixels, "the policy's ops need uint8 pixels on the device");
+    const augment::DrawKeys keys{loader_options.seed, loader_options.batch_size, loader_options.shard_rank,
+                                 loader_options.shards};
+    augmenter_ = std::make_unique<augment::Augmenter>(augment, keys, feeder_options_.device);
   }
   const int slots = ring_slots(loader_options.prefetch_batches);
   make_ring(*dataset, loader_options.batch_size, slots);
@@ -225,11 +231,20 @@ std::optional<DeviceBatch> Feeder::next_copied() {
   return std::move(item.batch);
 }
 
-at::Tensor Feeder::to_model_layout(at::Tensor images) const {
+at::Tensor Feeder::to_model_layout(at::Tensor images, at::Tensor& labels, const data::Batch& batch) const {
+  // The batch's draws, from its keys, uploaded once on the current stream (the copy stream on CUDA).
+  augment::BatchDraws draws;
+  augment::DeviceDraws device_draws;
+  if (augmenter_) {
+    draws = augmenter_->draw(batch.epoch, batch.index, batch.size, batch.side);
+    device_draws = augmenter_->upload(draws);
+  }
   if (options_.transfer_dtype == TransferDtype::kUint8) {
+    if (augmenter_) augmenter_->apply_pixels(images, device_draws);  // in place: the batch's own memory
     // (B, S, S, 3) uint8 -> (B, 3, S, S) float: the permuted view already has channels_last strides, which
     // the product keeps; the uint8 -> float cast happens inside the multiply.
     images = images.permute({0, 3, 1, 2}).mul(scale_).add_(shift_);
+    if (augmenter_) augmenter_->apply_batch(images, labels, draws, device_draws);
     if (feeder_options_.input_dtype != at::kFloat || feeder_options_.input_channels != 3) {
       // Rounded once from float32, as the GPU decoder's kernel does: the same values whichever path decoded.
       const int64_t b = images.size(0), s = images.size(2);
@@ -240,6 +255,7 @@ at::Tensor Feeder::to_model_layout(at::Tensor images) const {
     }
     return feeder_options_.channels_last ? images : images.contiguous();
   }
+  if (augmenter_) augmenter_->apply_batch(images, labels, draws, device_draws);
   return feeder_options_.channels_last ? images.contiguous(c10::MemoryFormat::ChannelsLast) : images;
 }
 
@@ -253,9 +269,11 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   out.index = batch->index;
   out.size = batch->size;
   out.bad_images = batch->bad_images;
-  if (!cuda_) {  // the model reads the ring slot directly; it is recycled at the next call
-    out.images = to_model_layout(ring_->layout().images(ring_->slot_bytes(batch->slot), batch->side).narrow(0, 0, batch->size));
+  out.epoch = batch->epoch;
+  if (!cuda_) {  // the model reads the ring slot directly (augmented in place); it is recycled at the next call
     out.labels = ring_->labels(batch->slot).narrow(0, 0, batch->size);
+    out.images = to_model_layout(ring_->layout().images(ring_->slot_bytes(batch->slot), batch->side).narrow(0, 0, batch->size),
+                                 out.labels, *batch);
     held_ = batch;
     return out;
   }
@@ -285,14 +303,18 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
     const bool cpu_pixels = std::any_of(encoded.begin(), encoded.begin() + batch->size,
                                         [](const data::EncodedImage& e) { return e.kind == data::JpegRoute::kCpu; });
     copy_slot(cpu_pixels);
-    // The decoder writes the model's input itself (one kernel: crop, resize, flip, normalise).
+    // The decoder writes the model's input itself (one kernel: crop, resize, flip, normalise); or, to be
+    // augmented first, the uint8 pixels (B, S, S, 3).
     const int64_t s = batch->side;
     const auto layout_of_model = feeder_options_.channels_last ? c10::MemoryFormat::ChannelsLast
                                                                : c10::MemoryFormat::Contiguous;
-    out.images = at::empty({batch->size, feeder_options_.input_channels, s, s},
-                           at::TensorOptions().dtype(feeder_options_.input_dtype).device(feeder_options_.device).memory_format(layout_of_model));
+    const auto on_device = at::TensorOptions().device(feeder_options_.device);
+    out.images = augmenter_ ? at::empty({batch->size, s, s, 3}, on_device.dtype(c10::kByte))
+                            : at::empty({batch->size, feeder_options_.input_channels, s, s},
+                                        on_device.dtype(feeder_options_.input_dtype).memory_format(layout_of_model));
     try {
-      decoder_->decode(encoded.data(), batch->size, layout.images(device_slot, batch->side), out.images, *stream);
+      decoder_->decode(encoded.data(), batch->size, layout.images(device_slot, batch->side),
+                       augmenter_ ? out.images.permute({0, 3, 1, 2}) : out.images, *stream);
     } catch (...) {
       gpu::synchronize(*stream);  // nothing issued may still read the slot when it goes back
       loader_->recycle(*batch);
@@ -303,8 +325,12 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   }
   out.timing.h2d_end->record(*stream);
   loader_->recycle(*batch, std::make_shared<EventFence>(out.timing.h2d_end));
-  if (!decoder_) out.images = to_model_layout(layout.images(device_slot, batch->side).narrow(0, 0, batch->size));
   out.labels = layout.labels(device_slot).narrow(0, 0, batch->size);
+  if (!decoder_) {
+    out.images = to_model_layout(layout.images(device_slot, batch->side).narrow(0, 0, batch->size), out.labels, *batch);
+  } else if (augmenter_) {
+    out.images = to_model_layout(out.images, out.labels, *batch);
+  }
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "data/loader/loader.h"
+#include "pipeline/augment/augmenter.h"
 #include "pipeline/transfer/batch_source.h"
 #include "gpu/gpu.h"
 #include "pipeline/transfer/host_ring.h"
@@ -43,6 +44,10 @@ struct FeederOptions {
 // At an epoch's end the copier carries on into the next epoch's first batches (as the loader's workers do,
 // LoaderOptions::continue_into_next_epoch): with the GPU decoder, a batch's decode is the copier's work, and an epoch
 // that began with nothing copied made the GPU wait for a whole decode at every epoch boundary.
+// A training Feeder given augmentations (augment/options.h) applies them to each batch on its device, on the stream
+// that copied it: the policy's ops on the uint8 pixels before they are normalised (they need uint8 pixels:
+// pipeline.transfer_dtype = "uint8" or the GPU decoder, which then writes uint8 pixels rather than the model's
+// input), erasing and Mixup/CutMix on the normalised batch before its cast to the model's input type.
 // Issuing a copy is driver and allocator work, dearer next to busy decode workers: kept off the thread that
 // launches the GPU's kernels (docs/transfer-modes.md#where-the-wait-went).
 // A stuck sample or a stop asked for never leaves next() waiting: in every mode it throws what the loader throws
@@ -53,8 +58,10 @@ class Feeder : public BatchSource {
  public:
   static constexpr int kDeviceAhead = 2;  // dual_stream: batches copied to the device ahead of the current one
 
+  // augment: the training batches' (any() false: none; validation passes none). Its draws are keyed by the
+  // loader's seed, batch size and shard.
   Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions loader_options,
-         PipelineOptions options, FeederOptions feeder_options);
+         PipelineOptions options, FeederOptions feeder_options, augment::AugmentOptions augment = {});
   // Bounded, also with a worker stuck: the copier leaves its wait on the loader within data::kStopPoll, and the
   // loader leaves a stuck worker running (data::Loader::~Loader).
   ~Feeder() override;
@@ -83,7 +90,9 @@ class Feeder : public BatchSource {
 
   void make_ring(const data::Dataset& dataset, int64_t batch_size, int slots);
   std::optional<DeviceBatch> transfer(const c10::Stream* stream);  // loader.next() + copy (+ normalise)
-  at::Tensor to_model_layout(at::Tensor images) const;
+  // The model's input from the batch's pixels on its device (uint8 (B, S, S, 3) or float32 (B, 3, S, S)),
+  // augmented when the Feeder augments (labels then maybe made soft targets).
+  at::Tensor to_model_layout(at::Tensor images, at::Tensor& labels, const data::Batch& batch) const;
   void copier_loop();
   void start_copier_epoch(int64_t epoch, int64_t first_batch);
   int batches_copied_locked() const;  // in the queue, end-of-epoch markers not counted
@@ -100,7 +109,8 @@ class Feeder : public BatchSource {
   std::optional<data::Batch> held_;  // CPU: batch in use by the model, recycled at the next call
   gpu::EventPool events_;
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
-  std::unique_ptr<gpu::JpegDecoder> decoder_;  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
+  std::unique_ptr<gpu::JpegDecoder> decoder_;
+  std::unique_ptr<augment::Augmenter> augmenter_;  // training batches' augmentations, or null  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
   std::function<bool()> stop_requested_;  // the caller's (LoaderOptions::stop_requested), or empty
   // Set by the destructor: the loader's waits end then too (its stop_requested is this or the caller's).
   std::atomic<bool> closing_{false};

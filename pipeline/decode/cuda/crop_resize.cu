@@ -73,6 +73,7 @@ __device__ float normalised(float v, const ModelInput& out, int c) {
 
 __device__ void store(float* p, float v) { *p = v; }
 __device__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ void store(uint8_t* p, float v) { *p = static_cast<uint8_t>(v); }  // v: a whole number in [0, 255]
 
 // kPadded: float16 (B, 4, S, S) channels_last, the padded input of the fp16 step: one 8-byte store per pixel.
 template <typename T, bool kPadded>
@@ -123,7 +124,9 @@ void crop_resize(const CropResizeJob* jobs, int count, const ModelInput& out, in
   const dim3 grid((size + block.x - 1) / block.x, (size + rows_per_block - 1) / rows_per_block, count);
   const bool padded = out.half && out.channels == 4 && out.channel_stride == 1 && out.column_stride == 4 &&
                       reinterpret_cast<uintptr_t>(out.data) % 8 == 0;
-  if (padded) {
+  if (out.bytes) {
+    crop_resize_kernel<uint8_t, false><<<grid, block, 0, stream>>>(jobs, out, size);
+  } else if (padded) {
     crop_resize_kernel<__half, true><<<grid, block, 0, stream>>>(jobs, out, size);
   } else if (out.half) {
     crop_resize_kernel<__half, false><<<grid, block, 0, stream>>>(jobs, out, size);

@@ -23,10 +23,12 @@ struct CropResizeJob {
 
 // The batch the kernel writes: (B, channels, S, S) on the device, any strides (contiguous or channels_last), and
 // the normalisation of a uint8 pixel u of channel c, u * scale[c] + shift[c] (data::uint8_normalisation),
-// computed in float32 and rounded once to the batch's type.
+// computed in float32 and rounded once to the batch's type; or, with `bytes`, the uint8 pixel u itself (scale 1,
+// shift 0), for the Feeder to augment before it normalises.
 struct ModelInput {
   void* data;
-  bool half;     // float16 elements, else float32
+  bool half;     // float16 elements, else float32 (or uint8 with `bytes`)
+  bool bytes;    // uint8 elements: the pixels, not normalised; 3 channels
   int channels;  // 3, or 4: RGB and a zero channel
   int64_t sample_stride, channel_stride, row_stride, column_stride;  // in elements
   float scale[3], shift[3];

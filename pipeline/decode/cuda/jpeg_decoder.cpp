@@ -338,17 +338,23 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
   // The batch's side (a resolution schedule changes it by epoch): the crops are resized to it.
   const int64_t s = pixels.size(1);
   impl_->transform.size = static_cast<int>(s);
-  if (!out.is_cuda() || (out.scalar_type() != at::kFloat && out.scalar_type() != at::kHalf) || out.dim() != 4 ||
-      out.size(0) != count || (out.size(1) != 3 && out.size(1) != 4) || out.size(2) != s || out.size(3) != s ||
+  const bool bytes = out.scalar_type() == at::kByte;
+  if (!out.is_cuda() || (out.scalar_type() != at::kFloat && out.scalar_type() != at::kHalf && !bytes) ||
+      out.dim() != 4 || out.size(0) != count || (out.size(1) != 3 && (out.size(1) != 4 || bytes)) ||
+      out.size(2) != s || out.size(3) != s ||
       !(out.is_contiguous() || out.is_contiguous(at::MemoryFormat::ChannelsLast))) {
     throw std::invalid_argument("JpegDecoder::decode: out must be a (count, 3 or 4, S, S) float32 or float16 CUDA "
-                                "tensor, contiguous or channels_last");
+                                "tensor, or a (count, 3, S, S) uint8 one, contiguous or channels_last");
   }
-  ModelInput input{out.data_ptr(), out.scalar_type() == at::kHalf, static_cast<int>(out.size(1)),
+  ModelInput input{out.data_ptr(), out.scalar_type() == at::kHalf, bytes, static_cast<int>(out.size(1)),
                    out.stride(0),  out.stride(1), out.stride(2), out.stride(3), {}, {}};
   const data::PixelAffine affine = data::uint8_normalisation(impl_->transform);
   std::copy(affine.scale, affine.scale + 3, input.scale);
   std::copy(affine.shift, affine.shift + 3, input.shift);
+  if (bytes) {  // the pixels themselves: u * 1 + 0
+    std::fill(input.scale, input.scale + 3, 1.0f);
+    std::fill(input.shift, input.shift + 3, 0.0f);
+  }
   const c10::cuda::CUDAStream cuda_stream(stream);
   const c10::cuda::CUDAStreamGuard guard(cuda_stream);  // the buffers below are allocated on, and used by, it
   JpegDecodeStats counts;
