@@ -147,13 +147,16 @@ def test_bad_files_are_skipped_and_named(copy_of):
     assert all(reason for reason in bad.values())
 
 
-def test_fail_policy_raises_a_data_error_naming_the_file(copy_of):
+def test_fail_policy_raises_a_data_error_naming_the_file_each_time_its_batch_is_asked(copy_of):
     root = copy_of()
     cls = sorted(os.listdir(root))[0]
     junk = root / cls / "junk.jpg"
     junk.write_bytes(b"not an image")
+    it = iter(loader(root, train=False, on_bad_image="fail"))
     with pytest.raises(pinfeed.DataError, match="junk.jpg"):
-        list(loader(root, train=False, on_bad_image="fail"))
+        list(it)
+    with pytest.raises(pinfeed.DataError, match="junk.jpg"):
+        next(it)  # the batch that was not delivered is tried again, not skipped
 
 
 def test_a_stuck_file_raises_stuck_sample_error_then_the_pass_resumes(dataset):

@@ -11,10 +11,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 SLEEP_CYCLES = 50_000_000  # tens of milliseconds of GPU time queued ahead of each use of a batch: a slow consumer
 
 
-def decoders():
-    yield "cpu"
-    yield pytest.param("nvjpeg", marks=pytest.mark.skipif(
-        bool(pinfeed._C.nvjpeg_unavailable_reason()), reason="nvJPEG unavailable"))
+DECODERS = ["cpu", pytest.param("nvjpeg", marks=pytest.mark.skipif(
+    bool(pinfeed._C.nvjpeg_unavailable_reason()), reason="nvJPEG unavailable"))]
 
 
 def gpu_loader(root, decoder, **kw):
@@ -39,7 +37,7 @@ def reference(root, decoder, epochs):
     return torch.stack(sums)
 
 
-@pytest.mark.parametrize("decoder", decoders())
+@pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("own_stream", [False, True])
 def test_a_slow_consumer_sees_every_batch_as_the_reference_run(dataset, decoder, own_stream):
     epochs = 3
@@ -74,7 +72,7 @@ def test_cuda_uint8_batches_are_the_cpu_paths_pixels(dataset):
         assert torch.equal(gx, cx) and torch.equal(gy, cy)
 
 
-@pytest.mark.parametrize("decoder", decoders())
+@pytest.mark.parametrize("decoder", DECODERS)
 def test_float_batches_are_normalised_on_the_device_in_the_asked_layout(dataset, decoder):
     loader = pinfeed.ImageFolderLoader(dataset / "train", 4, 32, device="cuda", decoder=decoder,
                                        dtype=torch.float32, channels_last=True, threads=2)
