@@ -1,6 +1,10 @@
 """pinfeed's Python module on CUDA (ctest label gpu; every test skips without a GPU): the stream contract under a
 slow consumer, on the default stream and on a stream of the caller's, with the CPU and the nvJPEG decoder; and the
 CUDA path's pixels against the CPU path's."""
+import os
+import signal
+import threading
+
 import pytest
 import torch
 
@@ -81,3 +85,33 @@ def test_float_batches_are_normalised_on_the_device_in_the_asked_layout(dataset,
     assert x.is_contiguous(memory_format=torch.channels_last) and x.shape == (4, 3, 32, 32)
     assert loader.decoder == decoder
     assert -3 < x.min().item() < x.max().item() < 3  # normalised, not 0-255 pixels
+
+
+def test_state_dict_resumes_at_the_exact_batch_on_cuda(dataset):
+    whole = gpu_loader(dataset / "train", "cpu")
+    expected = [checksum(x, y) for _ in range(2) for x, y in whole]  # epochs 0 and 1
+    first = gpu_loader(dataset / "train", "cpu")
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    resumed = gpu_loader(dataset / "train", "cpu")
+    resumed.load_state_dict(first.state_dict())
+    got = [checksum(x, y) for _ in range(2) for x, y in resumed]
+    assert torch.equal(torch.stack(got).cpu(), torch.stack(expected[3:]).cpu())
+
+
+@pytest.mark.parametrize("stop", ["ctrl_c", "stuck"])
+def test_ctrl_c_or_a_stuck_file_ends_the_wait_and_the_pass_resumes_on_cuda(dataset, stop):
+    # dual_stream: the wait is on the copier thread's queue, and the copier's own epoch ends with the error
+    loader = gpu_loader(dataset / "train", "cpu", shuffle=False, _stall_sample=0,
+                        sample_timeout_s=0 if stop == "ctrl_c" else 0.3)
+    it = iter(loader)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    if stop == "ctrl_c":
+        timer.start()
+    with pytest.raises(KeyboardInterrupt if stop == "ctrl_c" else pinfeed.StuckSampleError):
+        next(it)
+    if stop == "ctrl_c":
+        timer.join()
+    loader._release_stall()
+    assert len(list(it)) == len(loader)
