@@ -34,7 +34,7 @@ class Waiting {
   Waiting() {
     // A Python signal handler run by the stop poll that calls into a loader again would wait on the locks its
     // own thread holds.
-    if (t_waiting) throw std::runtime_error("a pinfeed loader was called from a signal handler run during a call of it");
+    if (t_waiting) throw std::runtime_error("a pinfeed loader was called by a signal handler during a call of it");
     release_.emplace();
     t_waiting = true;
   }
@@ -129,7 +129,10 @@ PyFeed::PyFeed(const py::kwargs& given) {
   o.device = c10::Device(take<std::string>(k, "device"));
   o.channels_last = take<bool>(k, "channels_last");
   const std::string dtype = take<std::string>(k, "dtype");
-  o.dtype = dtype == "float32" ? at::kFloat : dtype == "float16" ? at::kHalf : dtype == "uint8" ? at::kByte : at::kDouble;
+  o.dtype = dtype == "float32"   ? at::kFloat
+            : dtype == "float16" ? at::kHalf
+            : dtype == "uint8"   ? at::kByte
+                                 : at::kDouble;  // refused by Feed
   const std::string bad = take<std::string>(k, "on_bad_image");
   if (bad != "skip" && bad != "fail") throw py::value_error("on_bad_image must be \"skip\" or \"fail\"");
   o.on_bad_image = bad == "skip" ? data::BadImagePolicy::kSkip : data::BadImagePolicy::kFail;

@@ -42,6 +42,9 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   const bool u8_pixels = dataset->transform().format == data::PixelFormat::kUint8Hwc;
   TORCH_INTERNAL_ASSERT(u8_pixels == (options_.transfer_dtype == TransferDtype::kUint8),
                         "the dataset's pixels and pipeline.transfer_dtype disagree");
+  TORCH_INTERNAL_ASSERT(feeder_options_.input_dtype != at::kByte ||
+                            (u8_pixels && !dataset->transform().gpu_decode && feeder_options_.input_channels == 3),
+                        "uint8 input is the CPU's uint8 pixels as they are: 3 channels, no GPU decoder");
   if (dataset->transform().gpu_decode) {
     TORCH_INTERNAL_ASSERT(cuda_, "the GPU decoder needs a CUDA device");
     decoder_ = std::make_unique<gpu::JpegDecoder>(feeder_options_.device, dataset->transform());

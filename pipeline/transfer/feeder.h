@@ -92,7 +92,8 @@ class Feeder : public BatchSource {
   void copier_loop();
   void start_copier_epoch(int64_t epoch, int64_t first_batch);
   int batches_copied_locked() const;  // in the queue, end-of-epoch markers not counted
-  std::optional<DeviceBatch> next_copied(const c10::Stream& consumer);  // timing.loader_ms: time blocked because nothing was copied yet
+  // timing.loader_ms: time blocked because nothing was copied yet
+  std::optional<DeviceBatch> next_copied(const c10::Stream& consumer);
   // Waits on cv_ until ready(), in slices of data::kStopPoll: throws data::Interrupted once stop_requested_().
   template <class Ready>
   void wait_locked(std::unique_lock<std::mutex>& lock, Ready ready);
