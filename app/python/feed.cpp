@@ -74,7 +74,7 @@ Feed::Feed(FeedOptions o) : device_(o.device) {
   const bool uint8_pixels = t.gpu_decode || cuda || o.dtype != at::kFloat;
   t.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
 
-  pipeline::PipelineOptions p;  // dual_stream where there is a device to copy to, as the configs use on CUDA
+  pipeline::PipelineOptions p;  // pipeline.mode = "auto"'s (app/plan/plan.cpp): dual_stream on CUDA, else pageable
   pipeline::apply_preset(*pipeline::find_preset(cuda ? "dual_stream" : "pageable"), p);
   p.transfer_dtype = uint8_pixels ? pipeline::TransferDtype::kUint8 : pipeline::TransferDtype::kFloat32;
 
