@@ -49,6 +49,11 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     step "installing torchvision and timm into $venv (test references)"
     "$venv/bin/pip" install -q "torchvision==0.26.0" "timm==1.0.31"
   fi
+  # pytest: the Python module's tests (tests/python).
+  if ! "$venv/bin/python" -c 'import pytest' 2>/dev/null; then
+    step "installing pytest into $venv"
+    "$venv/bin/pip" install -q pytest
+  fi
   # nvJPEG (data.decoder = "nvjpeg"): the CUDA toolkit's where it has one, else the nvidia-nvjpeg wheel's beside
   # torch (CPU machines' toolkits lack it; CMake finds it there). Its 13.0 series matches the CUDA 13.0 toolkit.
   if [ ! -f /usr/local/cuda/include/nvjpeg.h ] && ! compgen -G "$venv/lib/python*/site-packages/nvidia/cu13/include/nvjpeg.h" >/dev/null; then

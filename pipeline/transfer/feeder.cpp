@@ -42,6 +42,9 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   const bool u8_pixels = dataset->transform().format == data::PixelFormat::kUint8Hwc;
   TORCH_INTERNAL_ASSERT(u8_pixels == (options_.transfer_dtype == TransferDtype::kUint8),
                         "the dataset's pixels and pipeline.transfer_dtype disagree");
+  TORCH_INTERNAL_ASSERT(feeder_options_.input_dtype != at::kByte ||
+                            (u8_pixels && !dataset->transform().gpu_decode && feeder_options_.input_channels == 3),
+                        "uint8 input is the CPU's uint8 pixels as they are: 3 channels, no GPU decoder");
   if (dataset->transform().gpu_decode) {
     TORCH_INTERNAL_ASSERT(cuda_, "the GPU decoder needs a CUDA device");
     decoder_ = std::make_unique<gpu::JpegDecoder>(feeder_options_.device, dataset->transform());
@@ -200,7 +203,7 @@ void Feeder::copier_loop() {
   }
 }
 
-std::optional<DeviceBatch> Feeder::next_copied() {
+std::optional<DeviceBatch> Feeder::next_copied(const c10::Stream& consumer) {
   Copied item;
   double waited_ms = 0;
   {
@@ -219,14 +222,13 @@ std::optional<DeviceBatch> Feeder::next_copied() {
   cv_.notify_all();  // room for the copier to issue one more
   if (item.error) std::rethrow_exception(item.error);
   if (!item.batch) return std::nullopt;
-  // The compute stream (not the host) waits for the copy. The batch was allocated on the copy stream and is
-  // used on the compute stream: keep the caching allocator from handing its blocks out again before the
-  // compute stream is done with them (images and labels share one block, or the images are the block the
-  // uint8 normalisation or the GPU decoder wrote).
-  const c10::Stream compute = *feeder_options_.compute_stream;
-  item.ready->block(compute);
-  item.batch->images.record_stream(compute);
-  item.batch->labels.record_stream(compute);
+  // The consumer's stream (not the host) waits for the copy. The batch was allocated on the copy stream and is
+  // used on the consumer's: keep the caching allocator from handing its blocks out again before that stream is
+  // done with them (images and labels share one block, or the images are the block the uint8 normalisation or
+  // the GPU decoder wrote).
+  item.ready->block(consumer);
+  item.batch->images.record_stream(consumer);
+  item.batch->labels.record_stream(consumer);
   item.batch->timing.loader_ms = waited_ms;
   return std::move(item.batch);
 }
@@ -238,6 +240,11 @@ at::Tensor Feeder::to_model_layout(at::Tensor images, at::Tensor& labels, const 
   if (augmenter_) {
     draws = augmenter_->draw(batch.epoch, batch.index, batch.size, batch.side);
     device_draws = augmenter_->upload(draws);
+  }
+  if (options_.transfer_dtype == TransferDtype::kUint8 && feeder_options_.input_dtype == at::kByte) {
+    if (augmenter_) augmenter_->apply_pixels(images, device_draws);  // the pixel ops only: no mixing of raw pixels
+    images = images.permute({0, 3, 1, 2});  // the pixels as they are: channels_last strides already
+    return feeder_options_.channels_last ? images : images.contiguous();
   }
   if (options_.transfer_dtype == TransferDtype::kUint8) {
     if (augmenter_) augmenter_->apply_pixels(images, device_draws);  // in place: the batch's own memory
@@ -340,6 +347,11 @@ std::optional<gpu::JpegDecodeStats> Feeder::decode_stats() const {
 }
 
 std::optional<DeviceBatch> Feeder::next() {
+  if (!cuda_) return next_for(c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCPU)));
+  return next_for(*feeder_options_.compute_stream);
+}
+
+std::optional<DeviceBatch> Feeder::next_for(const c10::Stream& consumer) {
   const auto t0 = std::chrono::steady_clock::now();
   if (held_) {
     loader_->recycle(*held_);
@@ -347,9 +359,9 @@ std::optional<DeviceBatch> Feeder::next() {
   }
   std::optional<DeviceBatch> out;
   if (copier_.joinable()) {
-    out = next_copied();
+    out = next_copied(consumer);
   } else if (cuda_) {
-    out = transfer(&*feeder_options_.compute_stream);
+    out = transfer(&consumer);
   } else {
     out = transfer(nullptr);
   }

@@ -34,6 +34,7 @@ struct FeederOptions {
   bool channels_last = false;
   // The model's input from uint8 pixels (pipeline.transfer_dtype = "uint8", or the GPU decoder): its type, and 3
   // channels or 4 (RGB and a zero channel: model/resnet.h). float16 saves autocast's cast of a float32 batch.
+  // kByte (CPU-decoded uint8 pixels only, 3 channels): the pixels as they are, (B, 3, S, S), not normalised.
   c10::ScalarType input_dtype = c10::kFloat;
   int64_t input_channels = 3;
 };
@@ -68,6 +69,10 @@ class Feeder : public BatchSource {
 
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   std::optional<DeviceBatch> next() override;
+  // next() for a consumer whose stream may change between calls (the Python module: its caller's current stream):
+  // on CUDA the batch is made ready for `consumer`, and its device memory kept from reuse until `consumer` is
+  // past it, instead of feeder_options.compute_stream's. Ignored on the CPU.
+  std::optional<DeviceBatch> next_for(const c10::Stream& consumer);
   int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
 
   const PipelineOptions& options() const { return options_; }  // what really runs (after any fallback)
@@ -96,7 +101,8 @@ class Feeder : public BatchSource {
   void copier_loop();
   void start_copier_epoch(int64_t epoch, int64_t first_batch);
   int batches_copied_locked() const;  // in the queue, end-of-epoch markers not counted
-  std::optional<DeviceBatch> next_copied();  // timing.loader_ms: time blocked because nothing was copied yet
+  // timing.loader_ms: time blocked because nothing was copied yet
+  std::optional<DeviceBatch> next_copied(const c10::Stream& consumer);
   // Waits on cv_ until ready(), in slices of data::kStopPoll: throws data::Interrupted once stop_requested_().
   template <class Ready>
   void wait_locked(std::unique_lock<std::mutex>& lock, Ready ready);

@@ -1,0 +1,142 @@
+#include "app/python/feed.h"
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+
+#include "data/dataset/image_folder.h"
+#include "gpu/gpu.h"
+#include "pipeline/decode/jpeg_decoder.h"
+#include "pipeline/transfer/options.h"
+
+namespace pinfeed::python {
+namespace fs = std::filesystem;
+
+// Holds the worker that is about to load one sample, as a read that never returns would, until released.
+struct Feed::Stall {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool released = false;
+
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return released; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex);
+    released = true;
+    cv.notify_all();
+  }
+};
+
+namespace {
+
+// data.decoder's rule (app/plan/plan.cpp): "auto" is nvJPEG where it can run, the CPU elsewhere; "nvjpeg" where it
+// cannot run is an error that says why.
+bool decode_on_gpu(const FeedOptions& o) {
+  if (o.decoder == "cpu") return false;
+  std::string why;
+  if (!o.device.is_cuda()) {
+    why = "it needs a CUDA device (device is " + o.device.str() + ")";
+  } else if (o.dtype == at::kByte) {
+    why = "it writes normalised pixels (float16 or float32), not uint8";
+  } else {
+    why = gpu::JpegDecoder::unavailable_reason();
+  }
+  if (o.decoder == "nvjpeg" && !why.empty()) throw std::invalid_argument("decoder=\"nvjpeg\" is unavailable: " + why);
+  return why.empty();
+}
+
+// scan_image_folder reads ROOT/<split>: the split is the folder's last component. Absolute, so that the paths
+// in bad_images and in errors name the files wherever the caller's working directory is.
+data::ImageFolder scan(const FeedOptions& o) {
+  fs::path dir = fs::absolute(o.root).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // a trailing '/'
+  return data::scan_image_folder(dir.parent_path().string(), dir.filename().string(),
+                                 o.classes.empty() ? nullptr : &o.classes);
+}
+
+}  // namespace
+
+Feed::Feed(FeedOptions o) : device_(o.device) {
+  if (o.dtype != at::kFloat && o.dtype != at::kHalf && o.dtype != at::kByte) {
+    throw std::invalid_argument("dtype must be torch.float32, torch.float16 or torch.uint8");
+  }
+  if (o.decoder != "auto" && o.decoder != "cpu" && o.decoder != "nvjpeg") {
+    throw std::invalid_argument("decoder must be \"auto\", \"cpu\" or \"nvjpeg\", not \"" + o.decoder + "\"");
+  }
+  const bool cuda = o.device.is_cuda();
+  data::TransformOptions t = o.transform;
+  t.gpu_decode = decode_on_gpu(o);
+  // The pixels cross as uint8 and are normalised on the device (the GPU decoder's way, and 4x fewer bytes to copy),
+  // except for float32 batches on the CPU: normalised by the workers, as `pinfeed train` on the CPU does.
+  const bool uint8_pixels = t.gpu_decode || cuda || o.dtype != at::kFloat;
+  t.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
+
+  pipeline::PipelineOptions p;  // pipeline.mode = "auto"'s (app/plan/plan.cpp): dual_stream on CUDA, else pageable
+  pipeline::apply_preset(*pipeline::find_preset(cuda ? "dual_stream" : "pageable"), p);
+  p.transfer_dtype = uint8_pixels ? pipeline::TransferDtype::kUint8 : pipeline::TransferDtype::kFloat32;
+
+  pipeline::FeederOptions f;
+  f.device = o.device;
+  if (cuda) f.compute_stream = gpu::current_stream(o.device);  // next() names each call's own stream
+  f.channels_last = o.channels_last;
+  f.input_dtype = o.dtype;
+
+  data::LoaderOptions l = o.loader;
+  l.continue_into_next_epoch = o.train;  // validation re-reads its one order: nothing to start early
+  if (o.stall_sample >= 0) {
+    stall_ = std::make_shared<Stall>();
+    l.before_load = [stall = stall_, sample = o.stall_sample](int64_t index) {
+      if (index == sample) stall->wait();
+    };
+  }
+  dataset_ = std::make_shared<data::Dataset>(scan(o), t, o.train, o.on_bad_image);
+  feeder_ = std::make_unique<pipeline::Feeder>(dataset_, std::move(l), p, f);
+}
+
+Feed::~Feed() { close(); }
+
+void Feed::close() {
+  release_stall();  // first: the Feeder's destructor waits for the worker it holds
+  feeder_.reset();
+}
+
+void Feed::release_stall() {
+  if (stall_) stall_->release();
+}
+
+pipeline::Feeder& Feed::feeder() const {
+  if (!feeder_) throw std::runtime_error("this loader is closed");
+  return *feeder_;
+}
+
+void Feed::start(int64_t epoch, int64_t first_batch) { feeder().start_epoch(epoch, first_batch); }
+
+std::optional<FeedBatch> Feed::next(const std::optional<c10::Stream>& consumer) {
+  pipeline::Feeder& f = feeder();
+  std::optional<pipeline::DeviceBatch> b;
+  if (device_.is_cuda()) {
+    TORCH_CHECK(consumer, "a CUDA loader's next() needs the consumer's stream");
+    b = f.next_for(*consumer);
+  } else {
+    b = f.next();
+  }
+  if (!b) return std::nullopt;
+  FeedBatch out{b->images, b->labels, b->index};
+  if (!device_.is_cuda()) {
+    // The Feeder's CPU batch may be a view of its ring slot, recycled at the next call; Python keeps what it gets.
+    if (out.images.is_alias_of(out.labels)) out.images = out.images.clone();
+    out.labels = out.labels.clone();
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Feed::take_bad_images() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& b : dataset_->take_new_bad_images()) out.emplace_back(std::move(b.path), std::move(b.reason));
+  return out;
+}
+
+}  // namespace pinfeed::python

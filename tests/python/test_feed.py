@@ -1,0 +1,194 @@
+"""pinfeed's Python module on the CPU (CPU decode, CPU tensors): its batches against the C++ loader's, resuming
+from state_dict, ranks, bad files, a stuck file and Ctrl-C. ctest runs it (label cpu) with PYTHONPATH on the
+build's python/ folder."""
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+import torch
+
+import pinfeed
+from conftest import CLASSES, PER_CLASS, reference_exe
+
+SAMPLES = CLASSES * PER_CLASS
+
+
+def loader(root, batch_size=5, image_size=32, **kw):
+    kw.setdefault("device", "cpu")
+    kw.setdefault("decoder", "cpu")
+    kw.setdefault("threads", 2)
+    kw.setdefault("channels_last", False)
+    return pinfeed.ImageFolderLoader(root, batch_size, image_size, **kw)
+
+
+def reference_batches(split, batch, side, seed, epoch, train, fmt, count, out):
+    """The C++ data::Loader's batches for these options: [(images, labels)], images as it lays them out."""
+    subprocess.run([reference_exe(), "dump", str(split), str(batch), str(side), str(seed), str(epoch),
+                    "1" if train else "0", fmt, str(count), str(out)], check=True)
+    data = open(out, "rb").read()
+    dtype, per_image = (torch.float32, (3, side, side)) if fmt == "float32" else (torch.uint8, (side, side, 3))
+    image_bytes = torch.Size(per_image).numel() * dtype.itemsize
+    batches, offset = [], 0
+    while offset < len(data):
+        n = min(batch, (len(data) - offset) // (image_bytes + 8))
+        images = torch.frombuffer(bytearray(data[offset:offset + n * image_bytes]), dtype=dtype).view(n, *per_image)
+        offset += n * image_bytes
+        labels = torch.frombuffer(bytearray(data[offset:offset + n * 8]), dtype=torch.int64)
+        offset += n * 8
+        batches.append((images, labels))
+    return batches
+
+
+def sample_keys(images):
+    """One key per image of a batch (its pixels' sum and a weighted sum): tells the samples apart."""
+    flat = images.reshape(images.shape[0], -1).double()
+    weights = torch.arange(flat.shape[1], dtype=torch.float64) % 97
+    return [(round(a, 3), round(b, 3)) for a, b in zip(flat.sum(1).tolist(), (flat * weights).sum(1).tolist())]
+
+
+def test_training_batches_equal_the_cpp_loaders_for_the_same_seed_and_epoch(dataset, tmp_path):
+    ref = reference_batches(dataset / "train", 5, 32, 7, 1, True, "float32", 100, tmp_path / "ref.bin")
+    feed = loader(dataset / "train", seed=7)
+    feed.set_epoch(1)
+    got = list(feed)
+    assert len(got) == len(ref) == len(feed) == SAMPLES // 5
+    for (images, labels), (ref_images, ref_labels) in zip(got, ref):
+        assert images.dtype == torch.float32 and images.shape == (5, 3, 32, 32)
+        assert torch.equal(labels, ref_labels)
+        assert torch.equal(images, ref_images)
+    other_seed = next(iter(loader(dataset / "train", seed=8)))[0]
+    assert not torch.equal(other_seed, got[0][0])
+
+
+def test_validation_uint8_batches_are_the_cpp_loaders_pixels(dataset, tmp_path):
+    ref = reference_batches(dataset / "train", 5, 40, 0, 0, False, "uint8", 100, tmp_path / "ref.bin")
+    feed = loader(dataset / "train", image_size=40, train=False, dtype=torch.uint8, channels_last=True)
+    got = list(feed)
+    assert len(got) == len(ref) == len(feed) == -(-SAMPLES // 5)  # every sample, the last batch short
+    for (images, labels), (ref_images, ref_labels) in zip(got, ref):
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(images.permute(0, 2, 3, 1), ref_images)
+        assert torch.equal(labels, ref_labels)
+
+
+def test_float16_channels_last_batches_hold_the_float32_values(dataset):
+    half = next(iter(loader(dataset / "train", dtype=torch.float16, channels_last=True)))[0]
+    full = next(iter(loader(dataset / "train")))[0]
+    assert half.dtype == torch.float16 and half.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(half.float(), full, atol=2e-2, rtol=0)
+
+
+def test_batches_stay_the_callers_after_the_loader_moves_on(dataset):
+    feed = loader(dataset / "train", prefetch_batches=1)
+    kept = [(x, x.clone()) for x, _ in feed]  # the ring has 3 slots: the fourth batch reuses the first's
+    assert all(torch.equal(x, copy) for x, copy in kept)
+
+
+def test_state_dict_resumes_at_the_exact_batch_across_an_epoch_end(dataset):
+    whole = loader(dataset / "train", seed=3)
+    expected = [b for _ in range(2) for b in whole]  # epochs 0 and 1
+    first = loader(dataset / "train", seed=3)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    state = first.state_dict()
+    assert (state["epoch"], state["batch"]) == (0, 2)
+    resumed = loader(dataset / "train", seed=3)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)  # the usual loop's call keeps the saved position
+    got = list(resumed) + list(resumed)  # the rest of epoch 0, then epoch 1
+    assert len(got) == len(expected) - 2
+    for (x, y), (ex, ey) in zip(got, expected[2:]):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+    assert resumed.state_dict()["epoch"] == 2
+    with pytest.raises(ValueError, match="seed"):
+        loader(dataset / "train", seed=4).load_state_dict(state)
+
+
+def test_set_epoch_draws_another_order_and_repeats_its_own(dataset):
+    feed = loader(dataset / "train")
+    labels = lambda e: (feed.set_epoch(e), torch.cat([y for _, y in feed]))[1]  # noqa: E731
+    zero, one = labels(0), labels(1)
+    assert not torch.equal(zero, one)
+    assert torch.equal(labels(0), zero)
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_two_ranks_share_each_global_batch_of_one_rank(dataset, drop_last):
+    def keys(rank, world, batch):
+        feed = loader(dataset / "train", batch_size=batch, train=False, shuffle=True, seed=5, drop_last=drop_last,
+                      rank=rank, world_size=world)
+        return len(feed), [sample_keys(x) for x, _ in feed]
+    n0, rank0 = keys(0, 2, 4)
+    n1, rank1 = keys(1, 2, 4)
+    _, single = keys(0, 1, 8)
+    if drop_last:
+        assert n0 == n1 == len(rank0) == len(rank1) == SAMPLES // 8
+    for step, batch in enumerate(single):  # global batch = rank 0's batch, then rank 1's
+        assert (rank0[step] if step < len(rank0) else []) + (rank1[step] if step < len(rank1) else []) == batch
+    seen = sorted(k for b in rank0 + rank1 for k in b)
+    assert len(seen) == (SAMPLES // 8 * 8 if drop_last else SAMPLES) and len(set(seen)) == len(seen)
+
+
+def test_bad_files_are_skipped_and_named(copy_of):
+    root = copy_of()
+    cls = sorted(os.listdir(root))[0]
+    truncated, junk = root / cls / sorted(os.listdir(root / cls))[0], root / cls / "junk.jpg"
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    junk.write_bytes(b"not an image")
+    feed = loader(root, train=False, drop_last=False)
+    got = [y for _, y in feed]
+    assert sum(len(y) for y in got) == SAMPLES + 1  # each bad file replaced by another sample
+    bad = dict(feed.bad_images)
+    assert set(bad) == {str(truncated), str(junk)}
+    assert all(reason for reason in bad.values())
+
+
+def test_fail_policy_raises_a_data_error_naming_the_file_each_time_its_batch_is_asked(copy_of):
+    root = copy_of()
+    cls = sorted(os.listdir(root))[0]
+    junk = root / cls / "junk.jpg"
+    junk.write_bytes(b"not an image")
+    it = iter(loader(root, train=False, on_bad_image="fail"))
+    with pytest.raises(pinfeed.DataError, match="junk.jpg"):
+        list(it)
+    with pytest.raises(pinfeed.DataError, match="junk.jpg"):
+        next(it)  # the batch that was not delivered is tried again, not skipped
+
+
+def test_a_stuck_file_raises_stuck_sample_error_then_the_pass_resumes(dataset):
+    feed = loader(dataset / "train", shuffle=False, sample_timeout_s=0.3, _stall_sample=0)
+    first = sorted(os.listdir(dataset / "train" / feed.classes[0]))[0]
+    it = iter(feed)
+    with pytest.raises(pinfeed.StuckSampleError, match=first):
+        next(it)
+    feed._release_stall()
+    assert len(list(it)) == len(feed)  # resumed at the batch that was not delivered
+
+
+def test_ctrl_c_raises_keyboard_interrupt_while_a_worker_is_stuck(dataset):
+    feed = loader(dataset / "train", shuffle=False, sample_timeout_s=0, _stall_sample=0)
+    it = iter(feed)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    assert time.monotonic() - t0 < 30  # not a bound on speed: the wait ended by itself, nothing killed it
+    timer.join()
+    feed._release_stall()
+    assert len(list(it)) == len(feed)
+
+
+def test_options_that_cannot_run_say_why(dataset):
+    with pytest.raises(ValueError, match="CUDA device"):
+        loader(dataset / "train", decoder="nvjpeg")
+    with pytest.raises(ValueError, match="dtype"):
+        loader(dataset / "train", dtype=torch.float64)
+    with pytest.raises(FileNotFoundError):
+        loader(dataset / "missing")
+    with pytest.raises(pinfeed.DataError, match="fewer than one batch"):
+        loader(dataset / "train", batch_size=SAMPLES + 1)
