@@ -43,6 +43,12 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     step "installing matplotlib into $venv"
     "$venv/bin/pip" install -q matplotlib
   fi
+  # timm: the Python definitions the LARS, LAMB and EMA tests check pinfeed's against (a test reference only; with
+  # torchvision 0.26 and a few small packages, about 45 MB). torch pinned: timm alone would pull a newer one.
+  if ! "$venv/bin/python" -c 'import timm' 2>/dev/null; then
+    step "installing timm into $venv"
+    "$venv/bin/pip" install -q "timm==1.0.31" "torch==$TORCH_VERSION"
+  fi
   # nvJPEG (data.decoder = "nvjpeg"): the CUDA toolkit's where it has one, else the nvidia-nvjpeg wheel's beside
   # torch (CPU machines' toolkits lack it; CMake finds it there). Its 13.0 series matches the CUDA 13.0 toolkit.
   if [ ! -f /usr/local/cuda/include/nvjpeg.h ] && ! compgen -G "$venv/lib/python*/site-packages/nvidia/cu13/include/nvjpeg.h" >/dev/null; then
