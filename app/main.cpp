@@ -14,6 +14,7 @@
 #include "app/bench/bench.h"
 #include "app/config/config.h"
 #include "app/config/exit_codes.h"
+#include "app/config/format.h"
 #include "app/config/suggest.h"
 #include "app/dist/distributed.h"
 #include "app/eval/eval.h"
@@ -202,8 +203,9 @@ int run(int argc, char** argv) {
       std::printf("final: epoch %lld train_loss %.4f, not evaluated (run %s)\n", static_cast<long long>(e.epoch),
                   e.train_loss, result.run_dir.c_str());
     } else {
-      std::printf("final: epoch %lld val_top1 %.2f%% val_top5 %.2f%% train_loss %.4f (run %s)\n",
-                  static_cast<long long>(e.epoch), 100 * e.val_top1, 100 * e.val_top5, e.train_loss,
+      const std::string ema = std::isnan(e.ema_val_top1) ? "" : " ema_val_top1 " + app::fixed(100 * e.ema_val_top1, 2) + "%";
+      std::printf("final: epoch %lld val_top1 %.2f%% val_top5 %.2f%%%s train_loss %.4f (run %s)\n",
+                  static_cast<long long>(e.epoch), 100 * e.val_top1, 100 * e.val_top5, ema.c_str(), e.train_loss,
                   result.run_dir.c_str());
     }
   }

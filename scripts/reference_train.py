@@ -20,8 +20,9 @@ train one recipe by construction, and it follows pinfeed's semantics wherever tw
   every bias, i.e. the parameters of dimension <= 1).
 - learning rate, set before every step from the global step (app/optim/lr_schedule.cpp): warm-up lr * (s + 1) / W for
   s < W = warmup_epochs * steps_per_epoch, then min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with p = (s - W) /
-  (E * steps_per_epoch - W); train.lr_schedule = "triangular": FFCV's cyclic (learning_rate below); lr and min_lr
-  scaled by batch / train.lr_reference_batch when that is set.
+  (E * steps_per_epoch - W); train.lr_schedule = "triangular": FFCV's cyclic, "poly": MLPerf's (learning_rate
+  below); lr and min_lr scaled by batch / train.lr_reference_batch when that is set. train.optimizer other than
+  "sgd" and train.ema are refused.
 - loss: cross-entropy with train.label_smoothing under bf16 or fp16 autocast (train.precision), fp16 with
   torch.amp.GradScaler(init_scale = train.loss_scale_init, growth_interval = train.loss_scale_growth_interval,
   GradScaler's factors 2 and 0.5, as pinfeed's loss scaler), channels_last
@@ -65,7 +66,10 @@ DEFAULTS = {
               "min_lr": 0.0, "label_smoothing": 0.0, "precision": "tf32", "loss_scale_init": 65536.0,
               "loss_scale_growth_interval": 2000, "channels_last": "auto",
               "cudnn_benchmark": True, "cuda_graph": "auto", "seed": 0, "device": "auto",
-              "max_steps_per_epoch": 0, "eval": True, "init_from": ""},
+              "max_steps_per_epoch": 0, "eval": True, "init_from": "", "optimizer": "sgd", "lars_eta": 0.001,
+              "lars_eps": 0.0, "lamb_beta1": 0.9, "lamb_beta2": 0.999, "lamb_eps": 1e-6, "lamb_max_grad_norm": 1.0,
+              "lamb_trust_clip": False, "lamb_decoupled_decay": False, "lr_poly_power": 2.0, "ema": False,
+              "ema_decay": 0.9998, "ema_warmup": False},
     "pipeline": {"mode": "auto", "pin_memory": False, "non_blocking": False, "dual_stream": False,
                  "transfer_dtype": "float32", "pinned_budget_mb": 0, "max_steps_ahead": 2, "warmup_steps": 10},
     "dist": {"backend": "auto", "bucket_mb": 25.0, "overlap": True, "timeout_s": 300},
@@ -134,8 +138,11 @@ def load_config(path, overrides):
     t, d, m = cfg["train"], cfg["data"], cfg["model"]
     if m["arch"] != "resnet50":
         raise UsageError(f"model.arch = {m['arch']!r}: only resnet50")
-    if t["lr_schedule"] not in ("cosine", "triangular"):
-        raise UsageError(f"train.lr_schedule must be cosine | triangular, got {t['lr_schedule']!r}")
+    if t["lr_schedule"] not in ("cosine", "triangular", "poly"):
+        raise UsageError(f"train.lr_schedule must be cosine | triangular | poly, got {t['lr_schedule']!r}")
+    if t["optimizer"] != "sgd" or t["ema"]:
+        raise UsageError("train.optimizer = \"lars\" or \"lamb\", and train.ema, are pinfeed's alone: this reference "
+                         "trains with SGD and evaluates the weights themselves")
     if t["precision"] not in ("fp32", "tf32", "bf16", "fp16"):
         raise UsageError(f"train.precision must be fp32 | tf32 | bf16 | fp16, got {t['precision']!r}")
     if cfg["pipeline"]["transfer_dtype"] not in ("float32", "uint8"):
@@ -166,6 +173,12 @@ def learning_rate(t, step, steps_per_epoch, scale):
         return a + (b - a) * at / steps_per_epoch
     warmup = t["warmup_epochs"] * steps_per_epoch
     total = float(t["epochs"]) * steps_per_epoch
+    if t["lr_schedule"] == "poly":
+        it = float(step + 1)
+        if it <= warmup:
+            return lr * it / warmup
+        progress = min(1.0, (it - warmup) / (total - warmup)) if total > warmup else 1.0
+        return min_lr + (lr - min_lr) * (1 - progress) ** t["lr_poly_power"]
     if step < warmup:
         return lr * (step + 1) / warmup
     progress = (step - warmup) / (total - warmup) if total > warmup else 1.0

@@ -44,10 +44,10 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     "$venv/bin/pip" install -q matplotlib
   fi
   # The peers the augmentation tests hold pinfeed's ops against (tests/check_augment.py): test references only,
-  # pinfeed's code never imports them. torchvision's version is the one built for this torch.
+  # LARS, LAMB and the EMA against timm's; pinfeed's code never imports them. torchvision's version is the one built for this torch.
   if ! "$venv/bin/python" -c 'import torchvision, timm' 2>/dev/null; then
     step "installing torchvision and timm into $venv (test references)"
-    "$venv/bin/pip" install -q "torchvision==0.26.0" "timm==1.0.31"
+    "$venv/bin/pip" install -q "torchvision==0.26.0" "timm==1.0.31" "torch==$TORCH_VERSION"
   fi
   # pytest: the Python module's tests (tests/python).
   if ! "$venv/bin/python" -c 'import pytest' 2>/dev/null; then

@@ -1,6 +1,7 @@
 """A checkpoint pinfeed wrote loads with a plain torch.load() (weights_only=True, the default since PyTorch 2.6),
 and its model is torchvision's resnet50 state dict one to one: a strict load_state_dict when torchvision is
-importable, else the names, shapes and dtypes listed in data/torchvision_resnet50_state_dict.tsv.
+importable, else the names, shapes and dtypes listed in data/torchvision_resnet50_state_dict.tsv. The run trains
+with LAMB and the EMA of the weights, so that their state (model_ema: torchvision's names too) is in the file.
 
 Usage: check_torch_load.py PINFEED_EXE REFERENCE_TSV. Exits 77 (ctest: skipped) without torch.
 """
@@ -37,6 +38,7 @@ def main():
             f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'
             '[model]\nnum_classes = 1000\n'  # torchvision's default head, so that every shape compares
             '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 4\nlr = 0.01\nwarmup_epochs = 0\nprecision = "fp32"\n'
+            'optimizer = "lamb"\nema = true\n'
             f'[pipeline]\nwarmup_steps = 0\n[run]\nname = "torchload"\ndir = "{tmp / "runs"}"\n')
         subprocess.run([exe, "train", "-c", str(config)], check=True)
         [path] = (tmp / "runs").glob("*/last.pt")
@@ -61,7 +63,13 @@ def main():
             t = model[name]
             assert tuple(t.shape) == shape and str(t.dtype) == "torch." + dtype, f"{name}: {t.shape} {t.dtype}"
             assert t.device.type == "cpu", name
-        assert set(ck["optimizer"]) <= set(model), "momentum buffers are named by parameter"
+        assert ck["optimizer_name"] == "lamb", ck["optimizer_name"]
+        params = {n for n in model if n.endswith((".weight", ".bias"))}
+        assert set(ck["optimizer"]) == {f"{k}/{n}" for k in ("exp_avg", "exp_avg_sq") for n in params} | {"step"}, \
+            "LAMB's moments are named by parameter"
+        assert ck["optimizer"]["step"].item() == 2, ck["optimizer"]["step"]
+        assert ck["ema_updates"] == 2, ck["ema_updates"]
+        assert ck["model_ema"].keys() == model.keys()
 
         try:
             import torchvision
@@ -69,10 +77,12 @@ def main():
             print(f"{len(want)} tensors match the torchvision resnet50 list (torchvision not importable)")
             return 0
         net = torchvision.models.resnet50(num_classes=1000)
-        net.load_state_dict(model, strict=True)
-        for name, t in net.state_dict().items():
-            assert torch.equal(t, model[name]), name
-        print(f"strict load_state_dict into torchvision {torchvision.__version__} resnet50: {len(model)} tensors")
+        for key in ("model", "model_ema"):
+            net.load_state_dict(ck[key], strict=True)
+            for name, t in net.state_dict().items():
+                assert torch.equal(t, ck[key][name]), f"{key}.{name}"
+        print(f"strict load_state_dict into torchvision {torchvision.__version__} resnet50: {len(model)} tensors, "
+              "model and model_ema")
     return 0
 
 

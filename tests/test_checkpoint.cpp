@@ -235,6 +235,49 @@ TEST(Checkpoint, OptimizerStateThatDoesNotFitTheModelIsRefusedNamingTheEntry) {
             std::string::npos);
 }
 
+// LAMB's state: two moments per parameter under "<kind>/<name>" and its step; the EMA and best.pt's raw
+// weights beside `model`; which optimizer and which weights. An older file (no optimizer_name) is SGD's.
+TEST(Checkpoint, OptimizerNameLambStateEmaAndBestWeightsRoundTrip) {
+  const std::string dir = test::fresh_dir("ckpt_lamb_ema");
+  Checkpoint c = small_checkpoint();
+  EXPECT_EQ(c.optimizer_name, "sgd");
+  for (const char* kind : {"exp_avg/", "exp_avg_sq/"}) {
+    for (const auto& [name, t] : c.model) c.optimizer[kind + name] = at::randn(t.sizes());
+  }
+  c.optimizer["step"] = at::tensor(7.0f);
+  c.optimizer_name = "lamb";
+  for (const auto& [name, t] : c.model) c.model_ema[name] = at::randn(t.sizes());
+  c.model_raw = c.model;
+  c.ema_updates = 14;
+  c.best_weights = "ema";
+  save_checkpoint(dir + "/best.pt", c);
+  const Checkpoint r = load_checkpoint(dir + "/best.pt");
+  EXPECT_EQ(r.optimizer_name, "lamb");
+  ASSERT_EQ(r.optimizer.size(), 5u);
+  for (const auto& [k, v] : c.optimizer) EXPECT_TRUE(at::equal(v, r.optimizer.at(k))) << k;
+  for (const auto& [k, v] : c.model_ema) EXPECT_TRUE(at::equal(v, r.model_ema.at(k))) << k;
+  for (const auto& [k, v] : c.model_raw) EXPECT_TRUE(at::equal(v, r.model_raw.at(k))) << k;
+  EXPECT_EQ(r.ema_updates, 14);
+  EXPECT_EQ(r.best_weights, "ema");
+
+  Checkpoint plain = small_checkpoint();
+  save_checkpoint(dir + "/plain.pt", plain);
+  const Checkpoint p = load_checkpoint(dir + "/plain.pt");
+  EXPECT_EQ(p.optimizer_name, "sgd");
+  EXPECT_TRUE(p.model_ema.empty() && p.model_raw.empty());
+  EXPECT_EQ(p.best_weights, "");
+
+  c.optimizer.erase("exp_avg_sq/fc.bias");
+  save_checkpoint(dir + "/a.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/a.pt"); }).find("optimizer lacks exp_avg_sq/fc.bias"),
+            std::string::npos);
+  c.optimizer["exp_avg_sq/fc.bias"] = at::randn({2});
+  c.model_ema.erase("fc.bias");
+  save_checkpoint(dir + "/b.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/b.pt"); }).find("model_ema lacks fc.bias"),
+            std::string::npos);
+}
+
 // A pickle as Python writes it, opcode by opcode (protocol 2, what torch.save uses), in torch.save's zip.
 struct PickleText {
   std::string bytes = std::string("\x80\x02", 2);

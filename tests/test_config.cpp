@@ -30,7 +30,7 @@ TEST(Config, ParsesEverySectionIntoOptionStructs) {
   EXPECT_EQ(c.model.num_classes, 7);
   EXPECT_DOUBLE_EQ(c.schedule.lr, 0.5);
   EXPECT_EQ(c.schedule.epochs, 3);
-  EXPECT_TRUE(c.step.sgd.nesterov);
+  EXPECT_TRUE(c.step.optimizer.sgd.nesterov);
   EXPECT_EQ(c.step.precision, Precision::kBf16);
   EXPECT_TRUE(c.run.log_steps);
   const auto& p = c.pipeline;  // the preset applied to the flags

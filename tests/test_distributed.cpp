@@ -9,6 +9,7 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/relu.h>
+#include <ATen/ops/tensor.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -462,6 +463,8 @@ std::map<std::string, at::Tensor> all_state(const std::string& checkpoint) {
   std::map<std::string, at::Tensor> out;
   for (const auto& [k, v] : ck.model) out["model." + k] = v;
   for (const auto& [k, v] : ck.optimizer) out["momentum." + k] = v;
+  for (const auto& [k, v] : ck.model_ema) out["model_ema." + k] = v;
+  out["ema_updates"] = at::tensor(ck.ema_updates);
   return out;
 }
 
@@ -470,8 +473,10 @@ TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
   const std::string dir = test::fresh_dir("dp_resume_runs");
   const std::string config = tiny_config(dir, root);
   const std::string exe = PINFEED_EXE;
+  // With the EMA of the weights: its BN statistics stay per rank until the epoch ends as the model's do.
   auto run = [&](const std::string& name, const std::vector<std::string>& more) {
-    std::vector<std::string> argv{exe, "train", "-c", config, "run.name=\"" + name + "\""};
+    std::vector<std::string> argv{exe, "train", "-c", config, "run.name=\"" + name + "\"", "train.ema=true",
+                                  "train.ema_decay=0.5"};
     argv.insert(argv.end(), more.begin(), more.end());
     return test::run_ranks(2, argv, 300, {}, dir + "/" + name + "_rank");
   };

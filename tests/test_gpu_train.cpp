@@ -78,6 +78,63 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
   }
 }
 
+// LARS and LAMB, and the EMA of the weights, in the captured step: each step's loss as the eager step's, and
+// after six steps the EMA's weights too (decay 0.5, so that every step's weights count).
+TEST(GpuTrain, CudaGraphStepWithLarsLambAndEmaMatchesTheEagerStep) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const auto [images, labels] = random_batches(7);
+  for (const char* optimizer : {"sgd", "lars", "lamb"}) {
+    for (const char* precision : {"bf16", "fp16"}) {
+      SCOPED_TRACE(std::string(optimizer) + " " + precision);
+      const std::string extra = std::string("optimizer = \"") + optimizer + "\"\nema = true\nema_decay = 0.5\n";
+      StepRunner eager(resolve_plan(config(false, precision, extra)).step, 10),
+          graphed(resolve_plan(config(true, precision, extra)).step, 10);
+      for (int i = 0; i < 6; ++i) {
+        const double a = eager.train_step(images[i], labels[i], 0.05).item<double>();
+        const double b = graphed.train_step(images[i], labels[i], 0.05).item<double>();
+        EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << "step " << i;
+      }
+      EXPECT_EQ(graphed.graphs(), 1);
+      ASSERT_NE(graphed.ema(), nullptr);
+      EXPECT_EQ(graphed.ema()->updates(), 6);
+      const auto want = eager.ema()->state(), got = graphed.ema()->state();
+      for (const auto& [name, t] : want) {
+        if (!t.is_floating_point()) {
+          EXPECT_TRUE(t.equal(got.at(name))) << name;
+          continue;
+        }
+        const double scale = t.to(at::kDouble).norm().item<double>();
+        EXPECT_LE((got.at(name).to(at::kDouble) - t.to(at::kDouble)).norm().item<double>(), 2e-2 * scale + 1e-6)
+            << "EMA " << name;
+      }
+    }
+  }
+}
+
+// fp16 overflow under LARS and LAMB, eager and graphed: the step is skipped on the device, weights and optimizer
+// state as they were (LAMB's step count included); the EMA still updates, toward the unchanged weights.
+TEST(GpuTrain, Fp16OverflowSkipsLarsAndLambStepsOnTheDevice) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const auto [images, labels] = random_batches(11);
+  for (const char* optimizer : {"lars", "lamb"}) {
+    for (const bool graph : {false, true}) {
+      SCOPED_TRACE(std::string(optimizer) + (graph ? " graphed" : " eager"));
+      StepRunner runner(resolve_plan(config(graph, "fp16", std::string("optimizer = \"") + optimizer +
+                                                               "\"\nema = true\nloss_scale_init = 1e30\n"))
+                            .step,
+                        10);
+      const at::Tensor w0 = runner.model()->fc->weight.detach().clone();
+      runner.train_step(images[0], labels[0], 0.05);
+      EXPECT_TRUE(runner.model()->fc->weight.equal(w0)) << "an overflowed step changed the weights";
+      EXPECT_EQ(runner.loss_scaler()->skipped_steps(), 1);
+      for (const auto& [name, t] : runner.optimizer().state()) {
+        EXPECT_EQ(t.abs().max().item<double>(), 0.0) << name << ": moved by a skipped first step";
+      }
+      EXPECT_TRUE(runner.ema()->state().at("fc.weight").equal(w0));
+    }
+  }
+}
+
 // A resolution schedule under train.cuda_graph: each side gets its own graph the first time it appears, a switch
 // back replays the graph kept for it (no new capture), and every step matches the eager one at that side.
 TEST(GpuTrain, CudaGraphSwitchesSidesLikeTheEagerStep) {
@@ -189,8 +246,13 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
   ASSERT_TRUE(kCublasWorkspaceFixed);
   const DeterministicKernels deterministic;
   const auto [images, labels] = random_batches(5);
-  for (const char* precision : {"fp32", "bf16", "fp16"}) {
-    const Plan plan = resolve_plan(config(true, precision));
+  // SGD in each precision; LARS and LAMB with the EMA of the weights (their state and the EMA in the graph).
+  const std::pair<const char*, const char*> variants[] = {
+      {"fp32", ""}, {"bf16", ""}, {"fp16", ""}, {"bf16", "optimizer = \"lars\"\nema = true\nema_decay = 0.5\n"},
+      {"fp16", "optimizer = \"lamb\"\nema = true\nema_decay = 0.5\n"}};
+  for (const auto& [precision, extra] : variants) {
+    SCOPED_TRACE(std::string(precision) + " " + extra);
+    const Plan plan = resolve_plan(config(true, precision, extra));
     std::vector<at::Tensor> whole_losses, split_losses;
     StepRunner whole(plan.step, 10);
     for (int i = 0; i < 6; ++i) whole_losses.push_back(whole.train_step(images[i], labels[i], 0.05).clone());
@@ -218,8 +280,10 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
       }
     };
     expect_equal(a.model, b.model, "model");
-    expect_equal(a.optimizer, b.optimizer, "momentum");
+    expect_equal(a.optimizer, b.optimizer, "optimizer state");
     expect_equal(a.loss_scaler, b.loss_scaler, "loss scaler");
+    expect_equal(a.model_ema, b.model_ema, "EMA");
+    EXPECT_EQ(a.ema_updates, b.ema_updates);
     EXPECT_EQ(a.loss_scaler.empty(), std::string(precision) != "fp16");
   }
 }

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <condition_variable>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include "app/run/metrics.h"
 #include "app/run/signals.h"
 #include "app/train/epoch_report.h"
+#include "app/train/evaluate.h"
 #include "app/train/loss_meter.h"
 #include "app/train/trainer.h"
 #include "data/error.h"
@@ -312,7 +315,11 @@ void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, co
     EXPECT_TRUE(t.equal(u)) << name << " differs by " << (t - u).abs().max().item<double>();
   }
   ASSERT_EQ(ca.optimizer.size(), cb.optimizer.size());
-  for (const auto& [name, t] : ca.optimizer) EXPECT_TRUE(t.equal(cb.optimizer.at(name))) << "momentum " << name;
+  for (const auto& [name, t] : ca.optimizer) EXPECT_TRUE(t.equal(cb.optimizer.at(name))) << "optimizer " << name;
+  ASSERT_EQ(ca.model_ema.size(), cb.model_ema.size());
+  for (const auto& [name, t] : ca.model_ema) EXPECT_TRUE(t.equal(cb.model_ema.at(name))) << "model_ema " << name;
+  EXPECT_EQ(ca.ema_updates, cb.ema_updates);
+  EXPECT_EQ(ca.optimizer_name, cb.optimizer_name);
   EXPECT_EQ(ca.global_step, cb.global_step);
   EXPECT_EQ(test::learning_rows(fs::path(b.run_dir) / "metrics.jsonl"),
             test::learning_rows(fs::path(a.run_dir) / "metrics.jsonl"));
@@ -366,6 +373,98 @@ TEST(Train, ResumeMidScheduleEqualsTheUninterruptedRunBitForBit) {
     for (std::string line; std::getline(metrics, line);) sides.push_back(nlohmann::json::parse(line).at("image_size"));
     EXPECT_EQ(sides, (std::vector<int64_t>{24, 32})) << e.path();
   }
+}
+
+// LARS (MLPerf's, with its poly schedule) and LAMB, each with the EMA of the weights: the optimizer's state
+// (LAMB's moments and step count), the EMA's tensors and update count, and its evaluations resume exactly.
+TEST(Train, LarsWithThePolyScheduleAndEmaResumesBitForBit) {
+  expect_resumed_run_equals_the_uninterrupted_one(
+      "train_exact_lars", {3},
+      {"train.optimizer=\"lars\"", "train.lr_schedule=\"poly\"", "train.warmup_epochs=0.5", "train.lr=0.5",
+       "train.weight_decay=5e-5", "train.decay_bn_and_bias=false", "train.ema=true", "train.ema_decay=0.5"});
+}
+
+TEST(Train, LambWithEmaResumesBitForBit) {
+  expect_resumed_run_equals_the_uninterrupted_one(
+      "train_exact_lamb", {7},
+      {"train.optimizer=\"lamb\"", "train.weight_decay=0.01", "train.ema=true", "train.ema_warmup=true"});
+}
+
+// With train.ema each epoch evaluates both weights; best.pt holds the better (the EMA's in `model` when it won,
+// the raw ones then in model_raw) and says which, as the epoch's row does.
+TEST(Train, EmaIsEvaluatedBesideTheWeightsAndBestPtTakesTheBetter) {
+  StopRequest stop;
+  const std::string root = test::make_dataset("train_ema_best", 2, 16, 4, 32);
+  Config c = tiny_config(root, test::fresh_dir("train_ema_best_runs"), 2);
+  apply_override(c, "train.ema=true");
+  apply_override(c, "train.ema_decay=0.7");
+  const TrainResult r = train(resolve_plan(c), {}, stop);
+  ASSERT_EQ(r.epochs.size(), 2u);
+  double best = -1;
+  std::string best_weights;
+  for (const EpochResult& e : r.epochs) {
+    EXPECT_FALSE(std::isnan(e.ema_val_top1)) << "epoch " << e.epoch;
+    EXPECT_FALSE(std::isnan(e.ema_val_loss)) << "epoch " << e.epoch;
+    const double better = std::max(e.val_top1, e.ema_val_top1);
+    if (better > best) {
+      best = better;
+      best_weights = e.ema_val_top1 > e.val_top1 ? "ema" : "raw";
+      EXPECT_EQ(e.best_weights, best_weights) << "epoch " << e.epoch;
+    } else {
+      EXPECT_EQ(e.best_weights, "") << "epoch " << e.epoch;
+    }
+  }
+  const Checkpoint ck = load_checkpoint((fs::path(r.run_dir) / "best.pt").string());
+  EXPECT_EQ(ck.best_val_top1, best);
+  EXPECT_EQ(ck.best_weights, best_weights);
+  ASSERT_FALSE(ck.model_ema.empty());
+  const auto same = [](const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [n, t] : a) {
+      if (!t.equal(b.at(n))) return false;
+    }
+    return true;
+  };
+  if (best_weights == "ema") {
+    EXPECT_TRUE(same(ck.model, ck.model_ema));
+    EXPECT_EQ(ck.model_raw.size(), ck.model.size());
+  } else {
+    EXPECT_TRUE(ck.model_raw.empty());
+  }
+  const Checkpoint last = load_checkpoint((fs::path(r.run_dir) / "last.pt").string());
+  EXPECT_EQ(last.ema_updates, last.global_step);
+  EXPECT_FALSE(same(last.model, last.model_ema)) << "an average of several steps' weights";
+  EXPECT_TRUE(last.model_raw.empty());
+}
+
+// Which weights make best.pt: whole evaluations only, the EMA's when strictly better, and only past the best so far.
+TEST(Train, BestWeightsAreTheBetterWholeEvaluation) {
+  EvalResult raw{1.0, 0.5, 0.9, 100}, ema{1.0, 0.6, 0.9, 100}, cut{1.0, 0.9, 0.9, 40}, none;
+  EXPECT_EQ(best_weights(raw, ema, 100, NAN).weights, "ema");
+  EXPECT_EQ(best_weights(raw, ema, 100, NAN).top1, 0.6);
+  EXPECT_EQ(best_weights(raw, raw, 100, NAN).weights, "raw") << "a tie keeps the raw weights";
+  EXPECT_EQ(best_weights(raw, none, 100, NAN).weights, "raw");
+  EXPECT_EQ(best_weights(raw, cut, 100, NAN).weights, "raw") << "a stop cut the EMA's short";
+  EXPECT_EQ(best_weights(raw, ema, 100, 0.6).weights, "") << "no better than before";
+  EXPECT_EQ(best_weights(cut, none, 100, NAN).weights, "");
+}
+
+// NVIDIA's MLPerf PolySchedule (iterations from 1): lr it / warmup through the warm-up, then
+// end + (lr - end) (1 - (it - warmup) / (total - warmup))^2, end at the last step.
+TEST(Train, PolyScheduleIsMlperfs) {
+  LrSchedule t;
+  t.shape = LrShape::kPoly;
+  t.lr = 11.0;
+  t.min_lr = 1e-4;
+  t.epochs = 10;
+  t.warmup_epochs = 2;
+  EXPECT_NEAR(learning_rate(t, 0, 10), 11.0 / 20, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 19, 10), 11.0, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 20, 10), 1e-4 + (11.0 - 1e-4) * std::pow(1 - 1.0 / 80, 2), 1e-12);
+  EXPECT_NEAR(learning_rate(t, 59, 10), 1e-4 + (11.0 - 1e-4) * 0.25, 1e-12);
+  EXPECT_NEAR(learning_rate(t, 99, 10), 1e-4, 1e-12);
+  t.poly_power = 1, t.warmup_epochs = 0, t.batch_scale = 2;
+  EXPECT_NEAR(learning_rate(t, 49, 10), 2e-4 + (22.0 - 2e-4) * 0.5, 1e-12);
 }
 
 TEST(Train, LearningRateWarmsUpThenFollowsCosine) {

@@ -111,7 +111,8 @@ inline std::vector<nlohmann::json> learning_rows(const std::filesystem::path& me
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json row = nlohmann::json::parse(line);
     nlohmann::json kept;
-    for (const char* key : {"epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "bad_images"}) {
+    for (const char* key : {"epoch", "lr", "train_loss", "val_loss", "val_top1", "val_top5", "ema_val_loss",
+                            "ema_val_top1", "ema_val_top5", "best_weights", "bad_images"}) {
       kept[key] = row.at(key);
     }
     rows.push_back(kept);

@@ -50,7 +50,7 @@ std::string choices_text(const Names<T>& names) {
   return all;
 }
 
-// A field of Config by its path: FIELD(step.sgd.momentum).
+// A field of Config by its path: FIELD(step.optimizer.sgd.momentum).
 #define PINFEED_FIELD(path) [](Config& c) -> auto& { return c.path; }
 
 namespace key_detail {

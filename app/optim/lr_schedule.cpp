@@ -29,6 +29,14 @@ double learning_rate(const LrSchedule& t, int64_t step, int64_t steps_per_epoch)
   const double warmup = t.warmup_epochs * steps_per_epoch;
   const double total = static_cast<double>(t.epochs) * steps_per_epoch;
   const double lr = t.lr * t.batch_scale, min_lr = t.min_lr * t.batch_scale;
+  if (t.shape == LrShape::kPoly) {
+    // NVIDIA's MLPerf PolySchedule, whose iterations count from 1: lr it / warmup up to the warm-up's last step,
+    // then min_lr + (lr - min_lr) (1 - (it - warmup) / (total - warmup))^power.
+    const double it = static_cast<double>(step + 1);
+    if (it <= warmup) return lr * it / warmup;
+    const double progress = total > warmup ? std::min(1.0, (it - warmup) / (total - warmup)) : 1.0;
+    return min_lr + (lr - min_lr) * std::pow(1 - progress, t.poly_power);
+  }
   if (step < warmup) return lr * (step + 1) / warmup;
   const double progress = total > warmup ? (step - warmup) / (total - warmup) : 1.0;
   return min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * std::min(1.0, progress)));

@@ -1,4 +1,5 @@
-// The learning rate at a global step: linear warm-up to lr, then cosine down to min_lr; or FFCV's triangle.
+// The learning rate at a global step: linear warm-up to lr, then cosine or polynomial down to min_lr; or FFCV's
+// triangle.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,8 @@ namespace pinfeed::app {
 enum class LrShape {
   kCosine,      // warm-up from lr / steps to lr, then cosine to min_lr (Goyal et al. 2017, Loshchilov & Hutter)
   kTriangular,  // FFCV's `cyclic`: 1e-4 lr at epoch 0, linear up to lr at warmup_epochs, linear down to min_lr
+  kPoly,        // MLPerf's ResNet-50 LARS schedule: warm-up from lr / steps to lr, then
+                // min_lr + (lr - min_lr) (1 - progress)^poly_power, min_lr at the last step
 };
 
 struct LrSchedule {
@@ -17,6 +20,7 @@ struct LrSchedule {
   double lr = 0.1;              // peak, reached at the end of the warm-up
   double min_lr = 0;            // at the end of the last epoch
   double warmup_epochs = 0;     // may be fractional
+  double poly_power = 2;        // kPoly's exponent (MLPerf's: 2)
   int64_t epochs = 90;
   int64_t reference_batch = 0;  // 0: lr and min_lr as given
   double batch_scale = 1;

@@ -13,7 +13,12 @@ namespace pinfeed::app {
 
 Sgd::Sgd(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::vector<std::string>& no_decay,
          SgdOptions options)
-    : groups_(2), options_(options) {
+    : Optimizer([&] {
+        std::vector<at::Tensor> params;
+        for (const auto& item : named) params.push_back(item.second);
+        return params;
+      }()),
+      groups_(2), options_(options) {
   groups_[0].weight_decay = options.weight_decay;
   groups_[1].weight_decay = 0;
   for (const auto& [name, p] : named) {
@@ -21,14 +26,6 @@ Sgd::Sgd(const std::vector<std::pair<std::string, at::Tensor>>& named, const std
     Group& g = groups_[decay ? 0 : 1];
     g.names.push_back(name);
     g.params.push_back(p);
-  }
-}
-
-void Sgd::zero_grad() {
-  for (auto& g : groups_) {
-    for (auto& p : g.params) {
-      if (p.grad().defined()) p.mutable_grad().reset();
-    }
   }
 }
 
@@ -67,7 +64,7 @@ void Sgd::step_impl(double lr, const at::Tensor& lr_tensor, const at::Tensor& fo
   started_ = true;
 }
 
-void Sgd::zero_momentum() {
+void Sgd::reset_state() {
   at::NoGradGuard no_grad;
   for (auto& g : groups_) {
     for (auto& b : g.buffers) b.zero_();

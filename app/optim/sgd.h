@@ -9,32 +9,25 @@
 #include <string>
 #include <vector>
 
+#include "app/optim/optimizer.h"
+
 namespace pinfeed::app {
 
-struct SgdOptions {
-  double momentum = 0.9;
-  bool nesterov = false;
-  double weight_decay = 1e-4;
-};
-
-class Sgd {
+class Sgd : public Optimizer {
  public:
   // named: (name, parameter). Names listed in no_decay get weight decay 0.
   Sgd(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::vector<std::string>& no_decay,
       SgdOptions options);
 
-  void zero_grad();  // sets gradients to None (frees them), as torch's default
-  // found_inf (optional, a one-element device tensor, LossScaler::found_inf()): nonzero skips the whole step,
-  // momentum included, without the host reading it.
-  void step(double lr, const at::Tensor& found_inf = {});
-  // The learning rate read from a one-element device tensor: what a captured CUDA graph replays with.
-  void step(const at::Tensor& lr, const at::Tensor& found_inf = {});
-  void zero_momentum();  // buffers to 0: the next step then sets them to the gradient, as a first step does
+  void step(double lr, const at::Tensor& found_inf = {}) override;
+  void step(const at::Tensor& lr, const at::Tensor& found_inf = {}) override;
 
-  // Momentum buffers by parameter name, for checkpoints; empty before the first step.
-  std::map<std::string, at::Tensor> state() const;
-  std::map<std::string, at::Tensor> zero_state() const;  // state()'s names and shapes, zeros
-  void load_state(const std::map<std::string, at::Tensor>& state);
+  // Momentum buffers by parameter name; empty before the first step (and always with momentum 0).
+  std::map<std::string, at::Tensor> state() const override;
+  std::map<std::string, at::Tensor> zero_state() const override;
+  void load_state(const std::map<std::string, at::Tensor>& state) override;
+  // Buffers to 0: the next step then sets them to the gradient, as a first step does.
+  void reset_state() override;
 
  private:
   struct Group {

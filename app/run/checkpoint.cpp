@@ -8,6 +8,7 @@
 
 #include <ATen/ops/isfinite.h>
 
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -20,7 +21,8 @@ namespace pinfeed::app {
 namespace {
 
 // 1: dicts carried TorchScript type tags; 2: plain dicts, plus batch_size, train_images, steps_per_epoch (and,
-// optional, epoch_loss_sums, rank_buffers and loss_scaler, which a reader that does not know them ignores).
+// optional, epoch_loss_sums, rank_buffers, loss_scaler, optimizer_name, model_ema, ema_updates, best_weights and
+// model_raw, which a reader that does not know them ignores).
 constexpr int64_t kFormatVersion = 2;
 constexpr int64_t kOldestFormat = 1;
 
@@ -76,23 +78,62 @@ void check_position(const Checkpoint& c, const std::string& path) {
   }
 }
 
-// The momentum buffers: one per parameter (the model's *.weight and *.bias entries), each of its shape.
+// The optimizer's state: per-parameter tensors named "<parameter>" (momentum) or "<kind>/<parameter>" (LAMB's
+// exp_avg, exp_avg_sq), each of its parameter's shape, every parameter (the model's *.weight and *.bias entries)
+// having one of each kind present; and one-element scalars by their own name (LAMB's step).
 void check_optimizer_state(const Checkpoint& c, const std::string& path) {
-  if (c.optimizer.empty()) return;  // a step never taken: SGD starts its buffers at the first step
-  for (const auto& [name, buffer] : c.optimizer) {
+  if (c.optimizer.empty()) return;  // a step never taken: the optimizer starts its state at the first step
+  static const std::set<std::string> kScalars = {"step"};
+  std::set<std::string> kinds;
+  for (const auto& [key, t] : c.optimizer) {
+    if (kScalars.count(key)) {
+      if (t.numel() != 1) damaged(path, "optimizer." + key + " has " + std::to_string(t.numel()) + " elements, expected 1");
+      continue;
+    }
+    const size_t slash = key.find('/');
+    const std::string kind = slash == std::string::npos ? "" : key.substr(0, slash);
+    const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
     const auto it = c.model.find(name);
-    if (it == c.model.end()) damaged(path, "optimizer." + name + " belongs to no parameter of the model");
-    if (buffer.sizes() != it->second.sizes()) {
-      damaged(path, "optimizer." + name + " has shape " + c10::str(buffer.sizes()) + ", its parameter " +
+    if (it == c.model.end()) damaged(path, "optimizer." + key + " belongs to no parameter of the model");
+    if (t.sizes() != it->second.sizes()) {
+      damaged(path, "optimizer." + key + " has shape " + c10::str(t.sizes()) + ", its parameter " +
                         c10::str(it->second.sizes()));
     }
+    kinds.insert(kind);
   }
   for (const auto& [name, weight] : c.model) {
     const auto ends_with = [&](const std::string& tail) {
       return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
     };
-    const bool parameter = ends_with(".weight") || ends_with(".bias");
-    if (parameter && !c.optimizer.count(name)) damaged(path, "optimizer lacks the momentum buffer of " + name);
+    if (!ends_with(".weight") && !ends_with(".bias")) continue;
+    for (const std::string& kind : kinds) {
+      if (c.optimizer.count(kind.empty() ? name : kind + "/" + name)) continue;
+      damaged(path, kind.empty() ? "optimizer lacks the momentum buffer of " + name
+                                 : "optimizer lacks " + kind + "/" + name);
+    }
+  }
+}
+
+// An optional string key: its value, or `otherwise` when absent.
+std::string string_at(const c10::impl::GenericDict& d, const std::string& path, const std::string& key,
+                      const std::string& otherwise) {
+  if (!d.contains(key)) return otherwise;
+  if (!d.at(key).isString()) damaged(path, key + " is not a string");
+  return d.at(key).toStringRef();
+}
+
+// Another set of the model's weights (model_ema, model_raw): the model's names and shapes exactly.
+void check_same_names(const std::map<std::string, at::Tensor>& other, const Checkpoint& c, const std::string& path,
+                      const std::string& key) {
+  for (const auto& [name, t] : other) {
+    const auto it = c.model.find(name);
+    if (it == c.model.end()) damaged(path, key + "." + name + " is not in model");
+    if (t.sizes() != it->second.sizes()) {
+      damaged(path, key + "." + name + " has shape " + c10::str(t.sizes()) + ", model's " + c10::str(it->second.sizes()));
+    }
+  }
+  for (const auto& [name, t] : c.model) {
+    if (!other.count(name)) damaged(path, key + " lacks " + name);
   }
 }
 
@@ -181,6 +222,19 @@ Checkpoint from_dict(const c10::impl::GenericDict& d, const std::string& path) {
   c.epoch_loss_sums = tensor_at(d, path, "epoch_loss_sums");
   c.rank_buffers = tensor_at(d, path, "rank_buffers");
   if (d.contains("loss_scaler")) c.loss_scaler = tensor_map(d, path, "loss_scaler");
+  c.optimizer_name = string_at(d, path, "optimizer_name", "sgd");
+  for (const auto& [key, target] : {std::pair<const char*, std::map<std::string, at::Tensor>*>{"model_ema", &c.model_ema},
+                                    {"model_raw", &c.model_raw}}) {
+    if (!d.contains(key)) continue;
+    *target = tensor_map(d, path, key);
+    check_finite(*target, path, key);
+    check_same_names(*target, c, path, key);
+  }
+  if (d.contains("ema_updates")) c.ema_updates = int_at(d, path, "ema_updates", 0);
+  c.best_weights = string_at(d, path, "best_weights", "");
+  if (!c.best_weights.empty() && c.best_weights != "raw" && c.best_weights != "ema") {
+    damaged(path, "best_weights is neither \"raw\" nor \"ema\"");
+  }
   c.classes = classes_at(d, path);
   if (d.contains("best_val_top1") && d.at("best_val_top1").isDouble()) c.best_val_top1 = d.at("best_val_top1").toDouble();
   if (!d.contains("config") || !d.at("config").isString()) damaged(path, "config is missing or not a string");
@@ -231,6 +285,13 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   if (c.epoch_loss_sums.defined()) d.insert("epoch_loss_sums", c.epoch_loss_sums.detach().cpu());
   if (c.rank_buffers.defined()) d.insert("rank_buffers", c.rank_buffers.detach().cpu());
   if (!c.loss_scaler.empty()) d.insert("loss_scaler", tensor_dict_of(c.loss_scaler));
+  d.insert("optimizer_name", c.optimizer_name);
+  if (!c.model_ema.empty()) {
+    d.insert("model_ema", tensor_dict_of(c.model_ema));
+    d.insert("ema_updates", c.ema_updates);
+  }
+  if (!c.best_weights.empty()) d.insert("best_weights", c.best_weights);
+  if (!c.model_raw.empty()) d.insert("model_raw", tensor_dict_of(c.model_raw));
   if (!c.classes.empty()) {  // a list of strings: torch.load(weights_only=True) reads it as one
     c10::impl::GenericList classes(c10::StringType::get());
     for (const std::string& name : c.classes) classes.push_back(name);

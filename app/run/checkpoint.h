@@ -14,7 +14,11 @@ namespace pinfeed::app {
 
 struct Checkpoint {
   std::map<std::string, at::Tensor> model;      // parameters and buffers, torchvision names
-  std::map<std::string, at::Tensor> optimizer;  // momentum buffers by parameter name
+  // The optimizer's state by name (Optimizer::state(): SGD's and LARS's momentum buffers by parameter name;
+  // LAMB's "exp_avg/<name>", "exp_avg_sq/<name>" and "step"), and which optimizer wrote it (optional key: an
+  // older file is SGD's).
+  std::map<std::string, at::Tensor> optimizer;
+  std::string optimizer_name = "sgd";
   std::map<std::string, at::Tensor> loss_scaler;  // fp16: LossScaler::state(); empty otherwise (optional key)
   int64_t epoch = 0;          // the epoch to continue in
   int64_t step_in_epoch = 0;  // batches of that epoch already trained
@@ -37,6 +41,13 @@ struct Checkpoint {
   // predictions are named; and the best validation top-1 so far (best.pt: its own), NaN when none was measured.
   std::vector<std::string> classes;
   double best_val_top1 = NAN;
+  // Optional keys, train.ema: the EMA of the weights (torchvision names, as `model`), and the updates it has had.
+  std::map<std::string, at::Tensor> model_ema;
+  int64_t ema_updates = 0;
+  // Which weights scored best_val_top1: "raw" or "ema" ("" when none was measured, or in an older file). In
+  // best.pt with "ema", `model` holds the EMA's weights and model_raw the raw ones (what a resume trains on).
+  std::string best_weights;
+  std::map<std::string, at::Tensor> model_raw;
   int64_t format_version = 0;  // of the file read (load_checkpoint); save_checkpoint writes the newest
 };
 

@@ -21,6 +21,11 @@ inline constexpr Metric kEpochMetrics[] = {
     {"val_loss", "mean validation cross-entropy, without smoothing"},
     {"val_top1", "validation top-1 accuracy, a fraction in [0, 1] (0.671 = 67.1%; the log line shows percent)"},
     {"val_top5", "validation top-5 accuracy, a fraction in [0, 1] (as val_top1)"},
+    {"ema_val_loss", "train.ema: val_loss of the EMA of the weights (null otherwise)"},
+    {"ema_val_top1", "train.ema: val_top1 of the EMA of the weights (null otherwise)"},
+    {"ema_val_top5", "train.ema: val_top5 of the EMA of the weights (null otherwise)"},
+    {"best_weights", "\"raw\" or \"ema\": which weights made this epoch's evaluation the best so far (best.pt holds "
+                     "them as `model`); null when it is not"},
     {"samples_per_s", "training samples per second of this rank, warm-up steps excluded, synchronised wall time"},
     {"epoch_s", "wall time of the epoch, evaluation included, s"},
     {"eval_s", "part of epoch_s spent evaluating, s"},

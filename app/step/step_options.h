@@ -10,7 +10,8 @@
 #include <optional>
 
 #include "app/optim/loss_scaler.h"
-#include "app/optim/sgd.h"
+#include "app/optim/ema.h"
+#include "app/optim/optimizer.h"
 #include "model/resnet.h"
 
 namespace pinfeed::app {
@@ -31,8 +32,9 @@ struct StepOptions {
   uint64_t seed = 0;           // the model's initial weights (train.seed, as the loaders')
   int64_t batch_size = 0;      // resolve_plan: train.batch_size, the batches cuda_graph captures (0: any)
   double label_smoothing = 0;  // of the training loss
-  SgdOptions sgd;
+  OptimizerOptions optimizer;     // train.optimizer and its terms
   bool decay_bn_and_bias = true;  // false: no weight decay on BN parameters and biases
+  EmaOptions ema;                 // train.ema: an EMA of the weights, updated after each step, evaluated beside them
   // Several ranks: gradients all-reduced per bucket of this many MiB, during backward with overlap.
   double bucket_mb = 25;
   bool overlap = true;

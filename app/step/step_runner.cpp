@@ -1,10 +1,12 @@
 #include "app/step/step_runner.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
@@ -28,13 +30,25 @@ std::vector<std::pair<std::string, at::Tensor>> named_parameters(const model::Re
   return out;
 }
 
-// BN weights and biases and every bias: the parameters of dimension 1.
-std::vector<std::string> no_decay_names(const model::ResNet& m) {
-  std::vector<std::string> out;
-  for (const auto& item : m->named_parameters()) {
-    if (item.value().dim() <= 1) out.push_back(item.key());
-  }
+// Parameters, then buffers: what a state dict holds, in the order the EMA pairs them.
+std::vector<std::pair<std::string, at::Tensor>> named_state(const model::ResNet& m) {
+  std::vector<std::pair<std::string, at::Tensor>> out = named_parameters(m);
+  for (const auto& item : m->named_buffers()) out.emplace_back(item.key(), item.value());
   return out;
+}
+
+model::ResNet build_model(const StepOptions& o, int64_t num_classes) {
+  model::ResNetOptions net = o.net;
+  net.num_classes = num_classes;
+  model::ResNet m = model::resnet50(net);
+  m->to(o.device);
+  if (o.channels_last) {
+    at::NoGradGuard no_grad;
+    for (auto& p : m->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(c10::MemoryFormat::ChannelsLast));
+    }
+  }
+  return m;
 }
 
 }  // namespace
@@ -49,18 +63,20 @@ StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* d
     : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
       autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), batch_size_(o.batch_size), graphed_(o.device.is_cuda() && o.cuda_graph) {
   at::manual_seed(o.seed);
-  model::ResNetOptions net = o.net;
-  net.num_classes = num_classes;
-  model_ = model::resnet50(net);
-  model_->to(device_);
-  if (o.channels_last) {
-    at::NoGradGuard no_grad;
-    for (auto& p : model_->parameters()) {
-      if (p.dim() == 4) p.set_data(p.contiguous(c10::MemoryFormat::ChannelsLast));
-    }
+  model_ = build_model(o, num_classes);
+  if (o.ema.enabled) {
+    // Its initial weights are overwritten by the model's: drawing them must not move the generator the run uses.
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    const at::Tensor rng = generator.get_state();
+    ema_model_ = build_model(o, num_classes);
+    generator.set_state(rng);
+    ema_model_->eval();
+    ema_ = std::make_unique<WeightEma>(named_state(ema_model_), named_state(model_), o.ema);
   }
-  const auto no_decay = o.decay_bn_and_bias ? std::vector<std::string>{} : no_decay_names(model_);
-  optimizer_ = std::make_unique<Sgd>(named_parameters(model_), no_decay, o.sgd);
+  const auto named = named_parameters(model_);
+  optimizer_kind_ = o.optimizer.kind;
+  optimizer_ = make_optimizer(named, o.decay_bn_and_bias ? std::vector<std::string>{} : bn_and_bias_names(named),
+                              o.optimizer);
   if (o.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(device_, o.loss_scaler);
   if (dist_) {
     broadcast_state();
@@ -82,13 +98,23 @@ void StepRunner::broadcast_state() {
   if (scaler_) {  // after the momentum: every rank's list must line up
     for (const auto& [name, t] : scaler_->state()) state.push_back(t);
   }
+  at::Tensor ema_updates;  // the count the EMA's decay follows: rank 0's restored one
+  if (ema_) {
+    for (const auto& t : ema_->tensors()) state.push_back(t);
+    ema_updates = at::full({}, static_cast<double>(ema_->updates()), at::TensorOptions().device(device_).dtype(at::kDouble));
+    state.push_back(ema_updates);
+  }
   dist_->broadcast(state);
+  if (ema_) ema_->set_updates(static_cast<int64_t>(ema_updates.item<double>()));
 }
 
 std::vector<at::Tensor> StepRunner::running_statistics() {
   std::vector<at::Tensor> running;  // running_mean and running_var; num_batches_tracked is equal on every rank
-  for (const auto& b : model_->buffers()) {
-    if (b.is_floating_point()) running.push_back(b);
+  for (const model::ResNet* m : {&model_, &ema_model_}) {
+    if (m->is_empty()) continue;
+    for (const auto& b : (*m)->buffers()) {
+      if (b.is_floating_point()) running.push_back(b);
+    }
   }
   return running;
 }
@@ -129,6 +155,11 @@ void StepRunner::scatter_buffers(const at::Tensor& all) {
   std::vector<at::Tensor> running = running_statistics();
   int64_t n = 0;
   for (const auto& b : running) n += b.numel();
+  // Rows written without train.ema hold the model's alone (the EMA's half of running_statistics()).
+  if (dist_->any(ema_ && all.defined() && all.dim() == 2 && all.size(1) == n / 2)) {
+    running.resize(running.size() / 2);
+    n /= 2;
+  }
   at::Tensor rows = at::empty({dist_->world(), n}, at::TensorOptions().device(device_).dtype(at::kFloat));
   if (dist_->is_main()) {
     if (all.dim() != 2 || all.size(0) != dist_->world() || all.size(1) != n) {
@@ -178,6 +209,8 @@ void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
     optimizer_->step(lr, found_inf);
   }
   if (scaler_) scaler_->update();
+  // After every step, a skipped one included (timm's train.py updates it after each optimizer.step() call).
+  if (ema_) ema_->apply();
 }
 
 namespace {
@@ -194,6 +227,7 @@ std::vector<int64_t> shape_key(const at::Tensor& images, const at::Tensor& label
 at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
   // A final partial batch runs eagerly: captured once, it would keep a graph's memory for one step an epoch.
   const bool full = batch_size_ == 0 || images.size(0) == batch_size_;
+  if (ema_) ema_->advance();  // this step's decay, on the device before the step (or its replay) reads it
   if (!graphed_ || !full) {
     at::Tensor loss = forward_backward(images, labels);
     optimizer_step({}, lr);
@@ -213,27 +247,30 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
   if (!lr_.defined()) lr_ = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
   lr_.zero_();  // the warm-up runs the body for real: with the last replay's rate it would move the weights
   c.graph = std::make_unique<gpu::Graph>();
-  // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but momentum, BN's
-  // running statistics and the loss scale would move. What they held before (a resumed run's restored state,
-  // earlier steps at another side, or no momentum yet) is put back afterwards, in place: the graphs hold these
-  // very tensors.
+  // Warm-up and capture run the step for real on this batch with lr 0: the weights stay, but the optimizer's
+  // state, BN's running statistics, the loss scale and the EMA would move. What they held before (a resumed run's
+  // restored state, earlier steps at another side, or no optimizer state yet) is put back afterwards, in place:
+  // the graphs hold these very tensors.
   std::vector<at::Tensor> buffers = model_->buffers(), saved_buffers;
   if (scaler_) {
     for (const auto& [name, t] : scaler_->state()) buffers.push_back(t);
   }
+  if (ema_) {
+    for (const auto& t : ema_->tensors()) buffers.push_back(t);
+  }
   for (const auto& b : buffers) saved_buffers.push_back(b.clone());
-  std::map<std::string, at::Tensor> saved_momentum;
-  for (const auto& [name, momentum] : optimizer_->state()) saved_momentum[name] = momentum.clone();
+  std::map<std::string, at::Tensor> saved_state;
+  for (const auto& [name, t] : optimizer_->state()) saved_state[name] = t.clone();
   c.graph->capture(*stream_, 3, [this, &c] {
     c.loss = forward_backward(c.images, c.labels);
     optimizer_step(lr_, 0.0);
   });
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
-  if (saved_momentum.empty()) {
-    optimizer_->zero_momentum();  // the first replay then steps as a first step does (buffer = gradient)
+  if (saved_state.empty()) {
+    optimizer_->reset_state();  // the first replay then steps as a first step does (momentum = gradient)
   } else {
-    for (auto& [name, momentum] : optimizer_->state()) momentum.copy_(saved_momentum.at(name));
+    for (auto& [name, t] : optimizer_->state()) t.copy_(saved_state.at(name));
   }
   stream_->synchronize();
   capture_cost_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -251,10 +288,11 @@ at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& 
   return c.loss;
 }
 
-void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums) {
+void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums, bool ema) {
   at::NoGradGuard no_grad;
   AutocastScope autocast(autocast_);
-  const at::Tensor logits = model_->forward(images).to(at::kFloat);
+  if (ema && !ema_) throw std::logic_error("eval_step: train.ema is off");
+  const at::Tensor logits = (ema ? ema_model_ : model_)->forward(images).to(at::kFloat);
   const at::Tensor loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum);
   const int64_t k = std::min<int64_t>(5, logits.size(1));
   const at::Tensor hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));

@@ -14,8 +14,9 @@
 
 #include "app/dist/distributed.h"
 #include "app/dist/grad_sync.h"
+#include "app/optim/ema.h"
 #include "app/optim/loss_scaler.h"
-#include "app/optim/sgd.h"
+#include "app/optim/optimizer.h"
 #include "app/step/step_options.h"
 #include "model/resnet.h"
 #include "gpu/gpu.h"
@@ -27,23 +28,25 @@ class StepRunner {
   // dist (may be null): several ranks start from rank 0's weights and average their gradients every step.
   StepRunner(const StepOptions& options, int64_t num_classes, Distributed* dist = nullptr);
 
-  // Several ranks: rank 0's weights, buffers and momentum into every rank (after a restore on rank 0), and the
-  // BN running statistics averaged across ranks (each rank saw only its shard) before evaluating or saving.
+  // Several ranks: rank 0's weights, buffers, optimizer state and EMA into every rank (after a restore on rank 0),
+  // and the BN running statistics (the EMA's too) averaged across ranks (each rank saw only its shard) before
+  // evaluating or saving.
   void broadcast_state();
   void average_buffers();
   // The name of the first parameter or floating buffer holding a NaN or an infinity, "" if none (one sync).
   std::string first_non_finite() const;
   // Several ranks stopping mid-epoch: every rank's BN running statistics, (world, n) float rank-major (they stay
-  // per rank until the epoch ends), for the checkpoint; and back after a resume: rank 0 passes the checkpoint's
-  // (the other ranks an undefined tensor) and each rank takes its own row. Undefined / nothing with one rank.
+  // per rank until the epoch ends; with train.ema the EMA's follow the model's in each row), for the checkpoint;
+  // and back after a resume: rank 0 passes the checkpoint's (the other ranks an undefined tensor) and each rank
+  // takes its own row (a row of the model's alone leaves the EMA's as restored). Undefined / nothing with one rank.
   at::Tensor gather_buffers();
   void scatter_buffers(const at::Tensor& all);
 
   // labels: (B,) int64 class indices, or (B, classes) float32 soft targets (smoothed already). Returns the loss, on
   // the device.
   at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);
-  // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples].
-  void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums);
+  // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples]; ema: with the EMA's weights.
+  void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums, bool ema = false);
 
   bool graphed() const { return graphed_; }
   // train.cuda_graph: the batch shapes captured so far, one graph each (a resolution schedule's sides).
@@ -57,20 +60,27 @@ class StepRunner {
   };
   CaptureCost capture_cost() const { return capture_cost_; }
   model::ResNet& model() { return model_; }
-  Sgd& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  OptimizerKind optimizer_kind() const { return optimizer_kind_; }
+  WeightEma* ema() const { return ema_.get(); }  // train.ema only; null otherwise
+  model::ResNet& ema_model() { return ema_model_; }  // train.ema: the EMA's copy of the model, in eval mode
   LossScaler* loss_scaler() const { return scaler_.get(); }  // fp16 only; null otherwise
   c10::Device device() const { return device_; }
 
  private:
   at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels);
-  // The optimizer (skipping the step when the loss scaler found an overflow), then the loss scale's update;
-  // the learning rate from lr_tensor when defined (the graph), else lr.
+  // The optimizer (skipping the step when the loss scaler found an overflow), then the loss scale's update and
+  // the EMA's; the learning rate from lr_tensor when defined (the graph), else lr.
   void optimizer_step(const at::Tensor& lr_tensor, double lr);
   at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr);
-  std::vector<at::Tensor> running_statistics();  // BN running_mean and running_var, in named_buffers() order
+  // BN running_mean and running_var in named_buffers() order, then the EMA's (with train.ema).
+  std::vector<at::Tensor> running_statistics();
 
   model::ResNet model_{nullptr};
-  std::unique_ptr<Sgd> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
+  OptimizerKind optimizer_kind_;
+  model::ResNet ema_model_{nullptr};  // train.ema
+  std::unique_ptr<WeightEma> ema_;    // ema_model_'s tensors, moved toward model_'s after each step
   std::unique_ptr<LossScaler> scaler_;  // fp16
   Distributed* dist_ = nullptr;
   std::unique_ptr<GradSync> grad_sync_;  // several ranks only

@@ -68,7 +68,10 @@ void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& 
             (dist.active() ? ", " + std::to_string(dist.world()) + " ranks (global batch " +
                                   std::to_string(plan.train_loader.batch_size * dist.world()) + ")"
                             : "") +
-            ", peak lr " + fmt_ms(plan.schedule.peak_lr()));
+            ", " + name_of(plan.step.optimizer.kind) + ", peak lr " + fmt_ms(plan.schedule.peak_lr()) +
+            (plan.step.ema.enabled ? ", EMA of the weights (decay " + c10::str(plan.step.ema.decay) +
+                                         (plan.step.ema.warmup ? ", warm-up" : "") + ")"
+                                   : ""));
 }
 
 std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& p, int64_t steps_per_epoch,
@@ -87,7 +90,10 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
   const pipeline::EpochTiming& t = p.timing;
   out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"image_size", er.image_size}, {"train_loss", num_or_null(er.train_loss)},
              {"val_loss", num_or_null(er.val_loss)}, {"val_top1", num_or_null(er.val_top1)},
-             {"val_top5", num_or_null(er.val_top5)}, {"samples_per_s", num_or_null(t.samples_per_s)},
+             {"val_top5", num_or_null(er.val_top5)}, {"ema_val_loss", num_or_null(er.ema_val_loss)},
+             {"ema_val_top1", num_or_null(er.ema_val_top1)}, {"ema_val_top5", num_or_null(er.ema_val_top5)},
+             {"best_weights", er.best_weights.empty() ? nlohmann::json() : nlohmann::json(er.best_weights)},
+             {"samples_per_s", num_or_null(t.samples_per_s)},
              {"epoch_s", er.epoch_seconds},
              {"eval_s", num_or_null(er.eval_seconds)},
              {"capture_s", num_or_null(p.captured ? p.captured->seconds : NAN)}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
@@ -109,6 +115,13 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
   line << "epoch " << er.epoch << "/" << plan.schedule.epochs << " (" << er.image_size << " px): train_loss " << er.train_loss;
   if (plan.train.eval) {  // train.eval = false: nothing to say about what was not measured
     line << " val_loss " << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5);
+    if (plan.step.ema.enabled) {
+      line << ", EMA val_loss " << er.ema_val_loss << " top1 " << percent(er.ema_val_top1) << " top5 "
+           << percent(er.ema_val_top5);
+    }
+    if (!er.best_weights.empty()) {
+      line << " (best so far, " << (er.best_weights == "ema" ? "the EMA's" : "the raw") << " weights: best.pt)";
+    }
   }
   line << " | " << t.samples_per_s
        << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "

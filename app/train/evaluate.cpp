@@ -4,12 +4,22 @@
 
 namespace pinfeed::app {
 
-EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist, const StopRequest* stop) {
+BestWeights best_weights(const EvalResult& raw, const EvalResult& ema, int64_t samples, double best_so_far) {
+  const auto whole = [&](const EvalResult& r) { return r.samples == samples && !std::isnan(r.top1); };
+  BestWeights b;
+  if (whole(raw)) b = {"raw", raw.top1};
+  if (whole(ema) && (b.weights.empty() || ema.top1 > b.top1)) b = {"ema", ema.top1};
+  if (b.weights.empty() || b.top1 <= best_so_far) return {};  // a NaN best_so_far compares false: any is better
+  return b;
+}
+
+EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist, const StopRequest* stop,
+                    bool ema) {
   runner.model()->eval();
   at::Tensor sums = at::zeros({4}, at::TensorOptions().device(runner.device()).dtype(at::kDouble));
   source.start_epoch(0);
   while (auto b = source.next()) {
-    runner.eval_step(b->images, b->labels, sums);
+    runner.eval_step(b->images, b->labels, sums, ema);
     if (stop && stop->requested()) break;
   }
   runner.model()->train();

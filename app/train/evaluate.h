@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include "app/dist/distributed.h"
 #include "app/run/signals.h"
@@ -17,8 +19,17 @@ struct EvalResult {
 
 // Several ranks: each evaluates its shard (every sample exactly once across ranks) and the sums are
 // all-reduced, so every rank returns the whole split's figures. stop (may be null): once requested, the
-// remaining batches are left out.
+// remaining batches are left out. ema: the EMA's weights (train.ema) instead of the model's.
+// Which weights of an epoch become best.pt: of the raw weights' and the EMA's (train.ema; NaN otherwise)
+// evaluations that covered all `samples` (a stop may cut one short), the higher top-1 (the EMA's only when
+// strictly higher), when it beats best_so_far (NaN: none yet). weights "" when neither does.
+struct BestWeights {
+  std::string weights;  // "raw" | "ema" | ""
+  double top1 = NAN;
+};
+BestWeights best_weights(const EvalResult& raw, const EvalResult& ema, int64_t samples, double best_so_far);
+
 EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist = nullptr,
-                    const StopRequest* stop = nullptr);
+                    const StopRequest* stop = nullptr, bool ema = false);
 
 }  // namespace pinfeed::app

@@ -18,7 +18,12 @@ Checkpoint make_checkpoint(StepRunner& runner, const Config& c, int64_t epoch, i
   for (const auto& item : runner.model()->named_parameters()) ck.model[item.key()] = item.value();
   for (const auto& item : runner.model()->named_buffers()) ck.model[item.key()] = item.value();
   ck.optimizer = runner.optimizer().state();
+  ck.optimizer_name = name_of(runner.optimizer_kind());
   if (const LossScaler* scaler = runner.loss_scaler()) ck.loss_scaler = scaler->state();
+  if (const WeightEma* ema = runner.ema()) {
+    ck.model_ema = ema->state();
+    ck.ema_updates = ema->updates();
+  }
   ck.epoch = epoch;
   ck.step_in_epoch = step_in_epoch;
   ck.global_step = global_step;
@@ -63,6 +68,7 @@ void init_weights_from(StepRunner& runner, const std::string& path) {
   const Weights w = load_weights(path);
   const int64_t classes = runner.model()->fc->weight.size(0);
   const bool new_fc = copy_weights(runner.model(), w.model, "train.init_from: " + path, /*fc_may_differ=*/true);
+  if (WeightEma* ema = runner.ema()) ema->copy_model();
   log::info("train.init_from: starting from the weights of " + path +
             (w.checkpoint ? " (a pinfeed checkpoint; not its optimizer state or position)" : " (a state dict)") +
             (new_fc ? "; it has " + std::to_string(w.model.at("fc.weight").size(0)) + " classes, this run " +
@@ -71,8 +77,25 @@ void init_weights_from(StepRunner& runner, const std::string& path) {
 }
 
 void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
-  copy_weights(runner.model(), ck.model, "--resume: the checkpoint");
+  const std::string run_optimizer = name_of(runner.optimizer_kind());
+  if (ck.optimizer_name != run_optimizer) {
+    throw ConfigError("--resume: the checkpoint was trained with train.optimizer = \"" + ck.optimizer_name +
+                      "\", this run has \"" + run_optimizer + "\": its state would not carry over; resume with "
+                      "train.optimizer=\"" + ck.optimizer_name + "\", or start a new run from its weights with train.init_from");
+  }
+  // best.pt whose best was the EMA's holds the EMA's weights in `model`: training goes on from the raw ones.
+  copy_weights(runner.model(), ck.model_raw.empty() ? ck.model : ck.model_raw, "--resume: the checkpoint");
   runner.optimizer().load_state(ck.optimizer);
+  if (WeightEma* ema = runner.ema()) {
+    if (ck.model_ema.empty()) {
+      ema->copy_model();  // its first update then copies the model again, as a new EMA's does
+      log::warn("--resume: the checkpoint has no EMA of the weights (trained without train.ema): the EMA starts "
+                "from its weights now");
+    } else {
+      copy_weights(runner.ema_model(), ck.model_ema, "--resume: the checkpoint's model_ema");
+      ema->set_updates(ck.ema_updates);
+    }
+  }
   // fp16: the scale and its growth count go on where they were. A checkpoint of a bf16 or fp32 run has none;
   // the scale then starts from train.loss_scale_init, as in a new run.
   if (LossScaler* scaler = runner.loss_scaler(); scaler && !ck.loss_scaler.empty()) scaler->load_state(ck.loss_scaler);

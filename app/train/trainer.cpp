@@ -86,6 +86,7 @@ class Training {
       check_resumable(*ck, shape());
       restore_checkpoint(runner_, *ck);
       best_top1_ = ck->best_val_top1;
+      best_weights_ = ck->best_weights;
       position = std::to_string(ck->epoch) + " " + std::to_string(ck->step_in_epoch) + " " +
                  std::to_string(ck->global_step);
       // Each rank's loss sum of the epoch so far, when the checkpoint has them (then one per rank).
@@ -149,10 +150,14 @@ class Training {
       if (val_feed_) {
         const auto eval_t0 = Clock::now();
         const EvalResult val = evaluate(runner_, *val_feed_, &dist_, &stop_);
+        // Every rank evaluates the EMA as well (its sums are all-reduced), a stop request notwithstanding.
+        const EvalResult ema = runner_.ema() ? evaluate(runner_, *val_feed_, &dist_, &stop_, /*ema=*/true) : EvalResult{};
         er.eval_seconds = seconds_since(eval_t0);
         std::tie(er.val_loss, er.val_top1, er.val_top5) = std::tie(val.loss, val.top1, val.top5);
-        best = val.samples == sets_.val->size() && !std::isnan(val.top1) && !(val.top1 <= best_top1_);
-        if (best) best_top1_ = val.top1;
+        std::tie(er.ema_val_loss, er.ema_val_top1, er.ema_val_top5) = std::tie(ema.loss, ema.top1, ema.top5);
+        const BestWeights b = best_weights(val, ema, sets_.val->size(), best_top1_);
+        best = !b.weights.empty();
+        if (best) best_top1_ = b.top1, best_weights_ = er.best_weights = b.weights;
       }
       er.epoch_seconds = seconds_since(t0);
       result.epochs.push_back(er);
@@ -209,6 +214,12 @@ class Training {
     Checkpoint ck = make_checkpoint(runner_, plan_, epoch, step_in_epoch, global_step_, shape());
     ck.classes = sets_.train->folder().classes;  // predictions are named by them
     ck.best_val_top1 = best_top1_;
+    ck.best_weights = best_weights_;
+    if (file == "best.pt" && best_weights_ == "ema") {
+      // torchvision users load `model`: best.pt's holds the weights that scored best, here the EMA's.
+      ck.model_raw = std::move(ck.model);
+      ck.model = ck.model_ema;
+    }
     ck.epoch_loss_sums = so_far.loss_sums;
     ck.rank_buffers = so_far.buffers;
     save_checkpoint(out.path(file), ck);
@@ -340,6 +351,7 @@ class Training {
   std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
   std::unique_ptr<StepTrace> trace_;  // run.trace_steps, rank 0
   double best_top1_ = NAN;  // the best whole validation's top-1 so far (best.pt's), resumes included
+  std::string best_weights_;  // which weights scored it: "raw" or "ema" (train.ema)
 };
 
 }  // namespace

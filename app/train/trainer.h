@@ -30,6 +30,8 @@ struct EpochResult {
   double samples_per_s = 0, epoch_seconds = 0;
   int image_size = 0;  // the epoch's training side (data.image_size, or its schedule's)
   double eval_seconds = NAN;  // part of epoch_seconds
+  double ema_val_loss = NAN, ema_val_top1 = NAN, ema_val_top5 = NAN;  // train.ema: the EMA's weights evaluated
+  std::string best_weights;  // "raw" or "ema" when this epoch's evaluation is the best so far (best.pt), else ""
 };
 
 struct TrainResult {

@@ -1,0 +1,80 @@
+#include "app/optim/optimizer.h"
+
+#include <functional>
+#include <stdexcept>
+
+#include "app/optim/lamb.h"
+#include "app/optim/lars.h"
+#include "app/optim/sgd.h"
+
+namespace pinfeed::app {
+namespace {
+
+using Named = std::vector<std::pair<std::string, at::Tensor>>;
+
+// The registry: each optimizer's name, kind and maker, once.
+struct Entry {
+  const char* name;
+  OptimizerKind kind;
+  std::function<std::unique_ptr<Optimizer>(const Named&, const std::vector<std::string>&, const OptimizerOptions&)> make;
+};
+
+const std::vector<Entry>& registry() {
+  static const std::vector<Entry> entries = {
+      {"sgd", OptimizerKind::kSgd,
+       [](const Named& n, const std::vector<std::string>& nd, const OptimizerOptions& o) {
+         return std::unique_ptr<Optimizer>(std::make_unique<Sgd>(n, nd, o.sgd));
+       }},
+      {"lars", OptimizerKind::kLars,
+       [](const Named& n, const std::vector<std::string>& nd, const OptimizerOptions& o) {
+         return std::unique_ptr<Optimizer>(std::make_unique<Lars>(n, nd, o.sgd, o.lars));
+       }},
+      {"lamb", OptimizerKind::kLamb,
+       [](const Named& n, const std::vector<std::string>& nd, const OptimizerOptions& o) {
+         return std::unique_ptr<Optimizer>(std::make_unique<Lamb>(n, nd, o.sgd.weight_decay, o.lamb));
+       }},
+  };
+  return entries;
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, OptimizerKind>>& optimizer_names() {
+  static const std::vector<std::pair<std::string, OptimizerKind>> names = [] {
+    std::vector<std::pair<std::string, OptimizerKind>> out;
+    for (const Entry& e : registry()) out.emplace_back(e.name, e.kind);
+    return out;
+  }();
+  return names;
+}
+
+const char* name_of(OptimizerKind kind) {
+  for (const Entry& e : registry()) {
+    if (e.kind == kind) return e.name;
+  }
+  return "?";
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) {
+    if (p.grad().defined()) p.mutable_grad().reset();
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const Named& named, const std::vector<std::string>& no_decay,
+                                          const OptimizerOptions& options) {
+  for (const Entry& e : registry()) {
+    if (e.kind == options.kind) return e.make(named, no_decay, options);
+  }
+  throw std::invalid_argument("no optimizer registered for this kind");  // unreachable: every kind is in the table
+}
+
+std::vector<std::string> bn_and_bias_names(const Named& named) {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : named) {
+    if (p.dim() <= 1) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace pinfeed::app
