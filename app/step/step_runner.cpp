@@ -212,7 +212,7 @@ void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
     optimizer_->step(lr, found_inf);
   }
   if (scaler_) scaler_->update();
-  // After every step, a skipped one included (timm's train.py updates it after each optimizer.step() call).
+  // After every step, one the loss scaler skipped included (timm's train.py updates it after each update too).
   if (ema_) ema_->apply();
 }
 
