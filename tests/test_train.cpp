@@ -174,6 +174,18 @@ TEST(Train, ResumeRefusesRenamedClassFoldersNamingTheFirstThatDiffers) {
       << error;
 }
 
+// Another optimizer's state would not carry over: the resume says which optimizer the checkpoint needs.
+TEST(Train, ResumeRefusesAnotherOptimizerNamingBoth) {
+  StopRequest stop;
+  const std::string root = test::make_dataset("train_resume_optimizer", 2, 8, 1, 32);
+  const std::string runs = test::fresh_dir("train_resume_optimizer_runs");
+  train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
+  Config changed = tiny_config(root, runs, 2);
+  apply_override(changed, "train.optimizer=\"lamb\"");
+  const std::string error = resume_error(changed);
+  EXPECT_NE(error.find("trained with train.optimizer = \"sgd\", this run has \"lamb\""), std::string::npos) << error;
+}
+
 TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
   StopRequest stop;
   const std::string root = test::make_dataset("train_bad_tsv", 2, 8, 1, 32);

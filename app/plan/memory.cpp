@@ -190,12 +190,12 @@ double activation_bytes(int64_t batch, int64_t image_size, int element_bytes) {
          kActivationMargin * element_bytes;
 }
 
-double model_state_bytes(int64_t num_classes) {
+double model_state_bytes(int64_t num_classes, int optimizer_copies, bool ema) {
   // torchvision's resnet50 has 25,557,032 parameters with 1000 classes, 2049 of them per class in fc. An unknown
   // class count (0: from the folders) is taken as 1000.
   const double classes = static_cast<double>(num_classes > 0 ? num_classes : 1000);
   const double parameters = 23'508'032 + 2049 * classes;
-  return parameters * 4 /* bytes */ * 4 /* weights, gradients, momentum, a spare copy */;
+  return parameters * 4 /* bytes */ * (3 /* weights, gradients, a spare copy */ + optimizer_copies + (ema ? 1 : 0));
 }
 
 }  // namespace pinfeed::app

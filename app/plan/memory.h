@@ -61,7 +61,9 @@ double resnet50_saved_elements_per_pixel();
 // Bytes a ResNet-50 training step keeps for backward: batch x image_size^2 x the constant above x a margin for
 // what backward adds, at `element_bytes` (2 under bf16/fp16 autocast, 4 otherwise).
 double activation_bytes(int64_t batch, int64_t image_size, int element_bytes);
-// Weights, their gradients, SGD's momentum and a spare copy (autocast's casts, a checkpoint being written), fp32.
-double model_state_bytes(int64_t num_classes);
+// Weights, their gradients, the optimizer's state (`optimizer_copies` of the weights: SGD's and LARS's momentum 1,
+// LAMB's moments and update 3), the EMA's copy (train.ema) and a spare copy (autocast's casts, a checkpoint being
+// written), fp32.
+double model_state_bytes(int64_t num_classes, int optimizer_copies = 1, bool ema = false);
 
 }  // namespace pinfeed::app

@@ -97,7 +97,8 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
   for (int side : sides) {
     if (graphs || side == size) activations += activation_bytes(batch, side, element_bytes);
   }
-  const double state = model_state_bytes(c.model.num_classes);
+  const double state = model_state_bytes(c.model.num_classes, p.step.optimizer.kind == OptimizerKind::kLamb ? 3 : 1,
+                                         p.step.ema.enabled);
   std::string sizes_text = std::to_string(size) + " px";
   if (graphs) {
     sizes_text = "each training side (";

@@ -155,16 +155,22 @@ void StepRunner::scatter_buffers(const at::Tensor& all) {
   std::vector<at::Tensor> running = running_statistics();
   int64_t n = 0;
   for (const auto& b : running) n += b.numel();
-  // Rows written without train.ema hold the model's alone (the EMA's half of running_statistics()).
-  if (dist_->any(ema_ && all.defined() && all.dim() == 2 && all.size(1) == n / 2)) {
+  // Rows written without train.ema hold the model's alone: the EMA keeps the mean it was restored with. Rows
+  // written with it, read without it, hold the EMA's after the model's: left out.
+  int64_t width = n;
+  const auto rows_of = [&](int64_t w) { return all.defined() && all.dim() == 2 && all.size(1) == w; };
+  if (dist_->any(ema_ && rows_of(n / 2))) {
     running.resize(running.size() / 2);
     n /= 2;
+    width = n;
+  } else if (dist_->any(!ema_ && rows_of(2 * n))) {
+    width = 2 * n;
   }
-  at::Tensor rows = at::empty({dist_->world(), n}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  at::Tensor rows = at::empty({dist_->world(), width}, at::TensorOptions().device(device_).dtype(at::kFloat));
   if (dist_->is_main()) {
-    if (all.dim() != 2 || all.size(0) != dist_->world() || all.size(1) != n) {
+    if (all.dim() != 2 || all.size(0) != dist_->world() || all.size(1) != width) {
       throw std::runtime_error("checkpoint's rank_buffers have shape " + c10::str(all.sizes()) + ", expected [" +
-                               std::to_string(dist_->world()) + ", " + std::to_string(n) + "]");
+                               std::to_string(dist_->world()) + ", " + std::to_string(width) + "]");
     }
     rows.copy_(all);
   }
@@ -209,7 +215,7 @@ void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
     optimizer_->step(lr, found_inf);
   }
   if (scaler_) scaler_->update();
-  // After every step, a skipped one included (timm's train.py updates it after each optimizer.step() call).
+  // After every step, one the loss scaler skipped included (timm's train.py updates it after each update too).
   if (ema_) ema_->apply();
 }
 
