@@ -190,6 +190,12 @@ TEST(Plan, AutoDefaultsTakeTheCpuPathOnTheCpuAndExplicitValuesHold) {
   EXPECT_NE(flags.find("pipeline.pin_memory = true needs a CUDA device"), std::string::npos) << flags;
 }
 
+TEST(Plan, TheGpuDecoderIsNotTakenBesideTheDeviceAugmentations) {
+  const auto e = plan_error(cpu_config({"data.decoder=nvjpeg", "data.mixup_alpha=0.8"}));
+  EXPECT_NE(e.find("data.decoder = \"nvjpeg\" with the device augmentations"), std::string::npos) << e;
+  EXPECT_FALSE(resolve_plan(cpu_config({"data.decoder=auto", "data.auto_augment=\"trivial\""})).transform.gpu_decode);
+}
+
 TEST(Plan, DefaultRingFitsAndResolves) {
   const Plan p = resolve_plan(cpu_config());
   EXPECT_EQ(p.train_loader.prefetch_batches, 4);
