@@ -211,5 +211,41 @@ TEST(WeightEma, FirstUpdateCopiesTheModelThenAveragesFloatsAndCopiesTheRest) {
   EXPECT_TRUE(e.state().at("w").is_same(ema[0].second)) << "the tensors themselves";
 }
 
+// What StepRunner::capture does to the EMA on a graphed run's first step at a new side, after advance(): the
+// warm-up and captured runs apply it (lr 0, the weights unchanged), the EMA's tensors are put back, and the
+// replay applies it with the decay advance() set. The sequence, at the first update and at a later one, ends as
+// the one without a capture, bit for bit, and the count of updates is the steps'.
+TEST(WeightEma, ASimulatedCaptureLeavesTheSequenceAsWithout) {
+  for (const int capture_at : {1, 3}) {
+    Named model = {{"w", at::full({3}, 2.0f)}, {"count", at::full({}, 5, at::kLong)}};
+    Named plain = {{"w", at::zeros({3})}, {"count", at::zeros({}, at::kLong)}}, graphed = clone(plain);
+    EmaOptions o;
+    o.decay = 0.5;
+    WeightEma p(plain, model, o), g(graphed, model, o);
+    for (int step = 1; step <= 5; ++step) {
+      p.advance();
+      g.advance();
+      if (step == capture_at) {
+        std::vector<at::Tensor> tensors = g.tensors(), saved;
+        tensors.push_back(model[1].second);  // BN's count moves in the warm-up too, and is put back
+        for (const auto& t : tensors) saved.push_back(t.clone());
+        for (int run = 0; run < 4; ++run) {  // 3 warm-up runs and the captured one: lr 0, the weights stay
+          model[1].second.add_(1);
+          g.apply();
+        }
+        for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(saved[i]);
+      }
+      model[0].second.add_(static_cast<float>(step));  // the optimizer's step (in the replay)
+      model[1].second.add_(1);
+      p.apply();
+      g.apply();
+      EXPECT_TRUE(graphed[0].second.equal(plain[0].second)) << "capture at " << capture_at << ", step " << step;
+      EXPECT_TRUE(graphed[1].second.equal(plain[1].second)) << "capture at " << capture_at << ", step " << step;
+    }
+    EXPECT_EQ(g.updates(), 5);
+    EXPECT_EQ(g.last_decay(), 0.5);
+  }
+}
+
 }  // namespace
 }  // namespace pinfeed::app
