@@ -58,7 +58,10 @@ DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_image_size": 0,
              "val_resize_ratio": 0.875, "image_size_min": 0, "image_size_max": 0, "ramp_start": 0, "ramp_end": 0,
              "ramp_step": 32, "image_size_by_epoch": "", "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "auto", "workers": 0,
-             "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "nvjpeg_share": 1.0},
+             "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "nvjpeg_share": 1.0,
+             "auto_augment": "", "augment_interpolation": "nearest", "augment_fill": "", "random_erasing": 0.0,
+             "random_erasing_value": "zero", "mixup_alpha": 0.0, "cutmix_alpha": 0.0, "mixup_prob": 1.0,
+             "mixup_switch_prob": 0.5},
     "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
               "pad_input": "auto", "fold_grad_add": "auto"},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9, "lr_schedule": "cosine",
@@ -143,6 +146,9 @@ def load_config(path, overrides):
     if t["optimizer"] != "sgd" or t["ema"]:
         raise UsageError("train.optimizer = \"lars\" or \"lamb\", and train.ema, are pinfeed's alone: this reference "
                          "trains with SGD and evaluates the weights themselves")
+    if d["auto_augment"] or d["random_erasing"] > 0 or d["mixup_alpha"] > 0 or d["cutmix_alpha"] > 0:
+        raise UsageError("data.auto_augment, data.random_erasing and Mixup/CutMix are not followed by this reference: "
+                         "it trains with random-resized crop and flip")
     if t["precision"] not in ("fp32", "tf32", "bf16", "fp16"):
         raise UsageError(f"train.precision must be fp32 | tf32 | bf16 | fp16, got {t['precision']!r}")
     if cfg["pipeline"]["transfer_dtype"] not in ("float32", "uint8"):
