@@ -3,10 +3,13 @@
 // Feeder's batches.
 #include <gtest/gtest.h>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/sub.h>
+
+#include <c10/core/StreamGuard.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,6 +111,41 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
       EXPECT_GT(s.peak_buffer_bytes, 0);
       EXPECT_LE(s.peak_buffer_bytes, (8 << 20) + 1600 * 1200 * 3 + 256 * n);  // the budget, or one image over it
     }
+  }
+}
+
+// nvJPEG writes into memory the decoder keeps: tensors the caching allocator hands out on the decode's stream
+// right after a call returns hold what was put in them. When each chunk's buffers went back to the allocator, memory
+// handed out after them was overwritten (a device-side assert in the augmentations' histogram).
+TEST(GpuDecode, MemoryAllocatedAfterADecodeKeepsWhatWasWrittenInIt) {
+  SKIP_WITHOUT_NVJPEG();
+  const std::vector<test::NamedFile> files = test::decode_cases(/*corrupt=*/false);
+  const data::ImageFolder folder = test::write_folder("gpu_decode_reuse", files);
+  const int64_t n = static_cast<int64_t>(files.size());
+  data::TransformOptions o;
+  o.size = 96;
+  o.format = data::PixelFormat::kUint8Hwc;
+  o.gpu_decode = true;
+  const data::Dataset ds(folder, o, /*train=*/true, data::BadImagePolicy::kFail);
+  gpu::JpegDecoder decoder(kCuda, o, /*budget_bytes=*/8 << 20);
+  const c10::Stream stream = gpu::new_stream(kCuda);
+  const auto on_cuda = at::TensorOptions().dtype(at::kByte).device(kCuda);
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    std::vector<data::EncodedImage> encoded(n);
+    std::vector<uint8_t> staged(n * ds.image_bytes(), 0);
+    data::DecodeScratch scratch;
+    int64_t label = 0;
+    for (int64_t i = 0; i < n; ++i) ds.load(i, 3, epoch, staged.data() + i * ds.image_bytes(), &label, scratch, &encoded[i]);
+    const at::Tensor pixels = at::full({n, o.size, o.size, 3}, 7, on_cuda);
+    const at::Tensor out = at::empty({n, o.size, o.size, 3}, on_cuda).permute({0, 3, 1, 2});
+    decoder.decode(encoded.data(), n, pixels, out, stream);
+    std::vector<at::Tensor> probes;
+    {
+      const c10::StreamGuard guard(stream);
+      for (int64_t bytes = 16 << 20; bytes >= 4096; bytes /= 2) probes.push_back(at::full({bytes}, 0x5A, on_cuda));
+    }
+    gpu::synchronize(stream);
+    for (const at::Tensor& p : probes) EXPECT_TRUE(p.eq(0x5A).all().item<bool>()) << "epoch " << epoch << ", " << p.numel() << " bytes";
   }
 }
 

@@ -190,10 +190,14 @@ TEST(Plan, AutoDefaultsTakeTheCpuPathOnTheCpuAndExplicitValuesHold) {
   EXPECT_NE(flags.find("pipeline.pin_memory = true needs a CUDA device"), std::string::npos) << flags;
 }
 
-TEST(Plan, TheGpuDecoderIsNotTakenBesideTheDeviceAugmentations) {
+TEST(Plan, TheDeviceAugmentationsTakeTheGpuDecodersPixels) {
+  // Only the device matters: with augmentations the GPU decoder is refused for the reason it is refused without.
   const auto e = plan_error(cpu_config({"data.decoder=nvjpeg", "data.mixup_alpha=0.8"}));
-  EXPECT_NE(e.find("data.decoder = \"nvjpeg\" with the device augmentations"), std::string::npos) << e;
-  EXPECT_FALSE(resolve_plan(cpu_config({"data.decoder=auto", "data.auto_augment=\"trivial\""})).transform.gpu_decode);
+  EXPECT_NE(e.find("data.decoder = \"nvjpeg\" needs a CUDA device (device is cpu)"), std::string::npos) << e;
+  EXPECT_EQ(e.find("augmentations"), std::string::npos) << e;
+  const Plan p = resolve_plan(cpu_config({"data.decoder=auto", "data.auto_augment=\"trivial\""}));
+  EXPECT_FALSE(p.transform.gpu_decode);  // auto on the CPU
+  EXPECT_EQ(p.transform.format, data::PixelFormat::kUint8Hwc);  // the policy's ops take uint8 pixels
 }
 
 TEST(Plan, DefaultRingFitsAndResolves) {

@@ -21,12 +21,6 @@
 namespace pinfeed::app {
 namespace {
 
-std::vector<at::Tensor> tensors_of(const std::vector<std::pair<std::string, at::Tensor>>& named) {
-  std::vector<at::Tensor> out;
-  for (const auto& item : named) out.push_back(item.second);
-  return out;
-}
-
 const char* const kExpAvg = "exp_avg/";
 const char* const kExpAvgSq = "exp_avg_sq/";
 const char* const kStep = "step";
@@ -35,15 +29,8 @@ const char* const kStep = "step";
 
 Lamb::Lamb(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::vector<std::string>& no_decay,
            double weight_decay, LambOptions options)
-    : Optimizer(tensors_of(named)), groups_(2), options_(options) {
-  groups_[0].weight_decay = weight_decay;
-  groups_[1].weight_decay = 0;
-  for (const auto& [name, p] : named) {
-    const bool decay = std::find(no_decay.begin(), no_decay.end(), name) == no_decay.end();
-    Group& g = groups_[decay ? 0 : 1];
-    g.names.push_back(name);
-    g.params.push_back(p);
-  }
+    : Optimizer(tensors_of(named)), options_(options) {
+  for (ParamGroup& g : decay_groups(named, no_decay, weight_decay)) groups_.push_back({std::move(g), {}, {}, {}});
 }
 
 void Lamb::create_state() {

@@ -32,10 +32,8 @@ class Lamb : public Optimizer {
   void reset_state() override;
 
  private:
-  struct Group {
-    double weight_decay = 0;
-    std::vector<std::string> names;
-    std::vector<at::Tensor> params, exp_avgs, exp_avg_sqs;
+  struct Group : ParamGroup {
+    std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
     std::vector<at::Tensor> updates;  // the step's direction, per parameter: working memory
   };
   void create_state();

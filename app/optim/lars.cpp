@@ -13,16 +13,6 @@
 namespace pinfeed::app {
 namespace {
 
-std::vector<at::Tensor> tensors_of(const std::vector<std::pair<std::string, at::Tensor>>& named) {
-  std::vector<at::Tensor> out;
-  for (const auto& item : named) out.push_back(item.second);
-  return out;
-}
-
-bool listed(const std::vector<std::string>& names, const std::string& name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 // SGD's no-decay list: the given one, and every adapted parameter (its decay goes into the gradient first).
 std::vector<std::string> sgd_no_decay(const std::vector<std::pair<std::string, at::Tensor>>& named,
                                       std::vector<std::string> no_decay) {
@@ -38,20 +28,14 @@ std::vector<std::string> sgd_no_decay(const std::vector<std::pair<std::string, a
 Lars::Lars(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::vector<std::string>& no_decay,
            SgdOptions sgd, LarsOptions lars)
     : Optimizer(tensors_of(named)), options_(lars), sgd_(named, sgd_no_decay(named, no_decay), sgd) {
-  const std::vector<std::string> plain = bn_and_bias_names(named);
-  Group decayed{sgd.weight_decay, {}}, undecayed{0.0, {}};
-  for (const auto& [name, p] : named) {
-    if (listed(plain, name)) continue;
-    (listed(no_decay, name) ? undecayed : decayed).params.push_back(p);
-  }
-  for (Group* g : {&decayed, &undecayed}) {
-    if (!g->params.empty()) adapted_.push_back(std::move(*g));
+  for (ParamGroup& g : decay_groups(named, no_decay, sgd.weight_decay, /*skip=*/bn_and_bias_names(named))) {
+    if (!g.params.empty()) adapted_.push_back(std::move(g));
   }
 }
 
 void Lars::adapt() {
   at::NoGradGuard no_grad;
-  for (const Group& g : adapted_) {
+  for (const ParamGroup& g : adapted_) {
     std::vector<at::Tensor> params, grads;
     for (const auto& p : g.params) {
       if (!p.grad().defined()) continue;

@@ -34,13 +34,9 @@ class Lars : public Optimizer {
 
  private:
   // The adapted parameters of one weight decay, their gradients scaled in place by adapt().
-  struct Group {
-    double weight_decay = 0;
-    std::vector<at::Tensor> params;
-  };
   void adapt();
 
-  std::vector<Group> adapted_;
+  std::vector<ParamGroup> adapted_;  // the conv and fc weights, with and without decay
   LarsOptions options_;
   // The momentum step of every parameter; the adapted ones' weight decay is already in their gradients.
   Sgd sgd_;

@@ -1,5 +1,6 @@
 #include "app/optim/optimizer.h"
 
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 
@@ -67,6 +68,29 @@ std::unique_ptr<Optimizer> make_optimizer(const Named& named, const std::vector<
     if (e.kind == options.kind) return e.make(named, no_decay, options);
   }
   throw std::invalid_argument("no optimizer registered for this kind");  // unreachable: every kind is in the table
+}
+
+std::vector<ParamGroup> decay_groups(const NamedParameters& named, const std::vector<std::string>& no_decay,
+                                     double weight_decay, const std::vector<std::string>& skip) {
+  std::vector<ParamGroup> groups(2);
+  groups[0].weight_decay = weight_decay;
+  for (const auto& [name, p] : named) {
+    if (listed(skip, name)) continue;
+    ParamGroup& g = groups[listed(no_decay, name) ? 1 : 0];
+    g.names.push_back(name);
+    g.params.push_back(p);
+  }
+  return groups;
+}
+
+std::vector<at::Tensor> tensors_of(const NamedParameters& named) {
+  std::vector<at::Tensor> out;
+  for (const auto& item : named) out.push_back(item.second);
+  return out;
+}
+
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 std::vector<std::string> bn_and_bias_names(const Named& named) {

@@ -76,6 +76,22 @@ class Optimizer {
   std::vector<at::Tensor> params_;
 };
 
+using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+
+// A parameter group: one weight decay, its parameters and their names (torch's param_groups).
+struct ParamGroup {
+  double weight_decay = 0;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> params;
+};
+
+// The two groups each optimizer steps: [0] the parameters not in no_decay, with weight_decay; [1] those in it,
+// with none. Parameters in `skip` go in neither.
+std::vector<ParamGroup> decay_groups(const NamedParameters& named, const std::vector<std::string>& no_decay,
+                                     double weight_decay, const std::vector<std::string>& skip = {});
+std::vector<at::Tensor> tensors_of(const NamedParameters& named);
+bool listed(const std::vector<std::string>& names, const std::string& name);
+
 // named: (name, parameter). Names in no_decay get no weight decay (and, in LAMB, no trust ratio, as timm's
 // parameter groups do).
 std::unique_ptr<Optimizer> make_optimizer(const std::vector<std::pair<std::string, at::Tensor>>& named,

@@ -13,20 +13,8 @@ namespace pinfeed::app {
 
 Sgd::Sgd(const std::vector<std::pair<std::string, at::Tensor>>& named, const std::vector<std::string>& no_decay,
          SgdOptions options)
-    : Optimizer([&] {
-        std::vector<at::Tensor> params;
-        for (const auto& item : named) params.push_back(item.second);
-        return params;
-      }()),
-      groups_(2), options_(options) {
-  groups_[0].weight_decay = options.weight_decay;
-  groups_[1].weight_decay = 0;
-  for (const auto& [name, p] : named) {
-    const bool decay = std::find(no_decay.begin(), no_decay.end(), name) == no_decay.end();
-    Group& g = groups_[decay ? 0 : 1];
-    g.names.push_back(name);
-    g.params.push_back(p);
-  }
+    : Optimizer(tensors_of(named)), options_(options) {
+  for (ParamGroup& g : decay_groups(named, no_decay, options.weight_decay)) groups_.push_back({std::move(g), {}});
 }
 
 void Sgd::step(double lr, const at::Tensor& found_inf) { step_impl(lr, at::Tensor(), found_inf); }

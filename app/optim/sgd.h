@@ -30,10 +30,8 @@ class Sgd : public Optimizer {
   void reset_state() override;
 
  private:
-  struct Group {
-    double weight_decay = 0;
-    std::vector<std::string> names;
-    std::vector<at::Tensor> params, buffers;
+  struct Group : ParamGroup {
+    std::vector<at::Tensor> buffers;
   };
   void step_impl(double lr, const at::Tensor& lr_tensor, const at::Tensor& found_inf);
 

@@ -300,23 +300,13 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
 
   // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
   // cross as uint8 whatever pipeline.transfer_dtype says. auto: nvjpeg where it can run (CUDA, built in).
-  // The device augmentations beside the GPU decoder tripped a device-side assert in one run of 224 px batches of
-  // 256 on an H200, not yet explained (docs/augmentation.md#limitations): auto keeps them apart, nvjpeg is refused.
-  if (c.augment.any() && c.dataset.decoder == Decoder::kNvjpeg) {
-    throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" with the device augmentations "
-                      "(data.auto_augment, data.random_erasing, data.mixup_alpha, data.cutmix_alpha) is not supported "
-                      "yet; set data.decoder = \"cpu\" or \"auto\"");
+  const std::string nvjpeg_problem = may_decode_on_gpu(c) ? gpu::JpegDecoder::problem_on(p.device) : "not asked for";
+  if (c.dataset.decoder == Decoder::kNvjpeg && !nvjpeg_problem.empty()) {
+    throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" " + nvjpeg_problem);
   }
-  const bool ask_gpu = may_decode_on_gpu(c) && !c.augment.any() && (c.dataset.decoder == Decoder::kNvjpeg || p.device.is_cuda());
-  const std::string nvjpeg_problem = ask_gpu && p.device.is_cuda() ? gpu::JpegDecoder::unavailable_reason() : "";
-  p.transform.gpu_decode = c.dataset.decoder == Decoder::kNvjpeg || (ask_gpu && nvjpeg_problem.empty());
+  p.transform.gpu_decode = nvjpeg_problem.empty();
   bool uint8_pixels = p.pipeline.transfer_dtype == pipeline::TransferDtype::kUint8;
   if (p.transform.gpu_decode) {
-    if (!p.device.is_cuda()) {
-      throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" needs a CUDA device (device is " +
-                        p.device.str() + ")");
-    }
-    if (!nvjpeg_problem.empty()) throw ConfigError(location_of(c, "data.decoder") + ": nvJPEG unavailable: " + nvjpeg_problem);
     if (!uint8_pixels && c.locations.count("pipeline.transfer_dtype")) {
       log::warn(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"float32\" does not apply "
                 "with data.decoder = \"nvjpeg\": the GPU decodes to uint8 and normalises there");

@@ -32,19 +32,12 @@ struct Feed::Stall {
 
 namespace {
 
-// data.decoder's rule (app/plan/plan.cpp): "auto" is nvJPEG where it can run, the CPU elsewhere; "nvjpeg" where it
-// cannot run is an error that says why.
+// data.decoder's rule (gpu::JpegDecoder::problem_on), and one of the module's own: nvJPEG writes normalised pixels.
 bool decode_on_gpu(const FeedOptions& o) {
   if (o.decoder == "cpu") return false;
-  std::string why;
-  if (!o.device.is_cuda()) {
-    why = "it needs a CUDA device (device is " + o.device.str() + ")";
-  } else if (o.dtype == at::kByte) {
-    why = "it writes normalised pixels (float16 or float32), not uint8";
-  } else {
-    why = gpu::JpegDecoder::unavailable_reason();
-  }
-  if (o.decoder == "nvjpeg" && !why.empty()) throw std::invalid_argument("decoder=\"nvjpeg\" is unavailable: " + why);
+  const std::string why = o.dtype == at::kByte ? "writes normalised pixels (float16 or float32), not uint8"
+                                               : gpu::JpegDecoder::problem_on(o.device);
+  if (o.decoder == "nvjpeg" && !why.empty()) throw std::invalid_argument("decoder=\"nvjpeg\" " + why);
   return why.empty();
 }
 

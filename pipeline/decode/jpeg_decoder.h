@@ -42,6 +42,10 @@ class JpegDecoder {
  public:
   // Empty when nvJPEG can decode on this machine; else why not (built without it, no CUDA device).
   static std::string unavailable_reason();
+  // data.decoder's rule, for `pinfeed` and the Python module alike: why nvJPEG cannot decode for `device` ("needs a
+  // CUDA device (device is cpu)", "cannot run: ..."), empty when it can. "auto" takes nvJPEG when this is
+  // empty; "nvjpeg" refuses with it.
+  static std::string problem_on(c10::Device device);
 
   // transform: the dataset's (crop_decode, mean, std; each batch's side is its pixels'). budget_bytes: bound on one chunk's decode buffer, counted
   // as the full-size RGB of its images (the buffer itself is smaller where only crops are decoded); a batch over it
@@ -69,5 +73,11 @@ class JpegDecoder {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+inline std::string JpegDecoder::problem_on(c10::Device device) {
+  if (!device.is_cuda()) return "needs a CUDA device (device is " + device.str() + ")";
+  const std::string why = unavailable_reason();
+  return why.empty() ? why : "cannot run: " + why;
+}
 
 }  // namespace pinfeed::gpu

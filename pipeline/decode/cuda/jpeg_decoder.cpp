@@ -95,6 +95,11 @@ struct JpegDecoder::Impl {
   int64_t failed_batches = 0;  // hardware batches nvJPEG refused (their images went one at a time)
   nvjpegHandle_t single = nullptr;  // default backend, one image at a time
   nvjpegJpegState_t single_state = nullptr;
+  // nvJPEG writes each image's pixels into memory this decoder keeps for its lifetime: handed back to the caching
+  // allocator after each chunk, that memory was written after its release in stream order, over another tensor
+  // allocated there next (docs/gpu-decode.md#how-the-gpu-decoder-works). Each chunk places its images from the start.
+  at::Tensor output_pool;
+  size_t output_used = 0;
   data::DecodeScratch scratch;  // CPU fallback
   std::vector<uint8_t> cpu_pixels;
   mutable std::mutex stats_mutex;
@@ -184,6 +189,24 @@ struct JpegDecoder::Impl {
     pixels[index].copy_(host);
   }
 
+  // `bytes` of the output pool for the current chunk. Growing it (the first batches, a larger image) waits for
+  // everything issued before; the old pool, if this chunk placed images in it, stays in `retired` until the chunk's
+  // work is issued.
+  uint8_t* output_space(size_t bytes, cudaStream_t stream, std::vector<at::Tensor>& retired) {
+    const size_t have = output_pool.defined() ? static_cast<size_t>(output_pool.numel()) : 0;
+    if (output_used + bytes > have) {
+      C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (state_used) C10_CUDA_CHECK(cudaEventSynchronize(state_done));
+      if (output_used > 0) retired.push_back(output_pool);
+      const size_t want = (output_used + bytes) / 4 * 5 + (size_t{1} << 20);  // the next chunks: room to spare
+      output_pool = at::empty({static_cast<int64_t>(want)}, at::TensorOptions().dtype(at::kByte).device(device));
+      output_used = 0;
+    }
+    uint8_t* p = output_pool.data_ptr<uint8_t>() + output_used;
+    output_used += bytes;
+    return p;
+  }
+
   // The jobs' table goes to the device on `stream`, then the kernel. Anything the jobs read must stay allocated
   // until this is issued (stream order keeps it after that).
   void resize_into(const std::vector<CropResizeJob>& jobs, const ModelInput& out, cudaStream_t stream) const {
@@ -208,17 +231,17 @@ struct JpegDecoder::Impl {
       region[k] = on_hardware[k] ? crop_region(e) : Region{0, 0, e.width, e.height};
     }
     std::vector<uint8_t*> decoded_to(chunk.size(), nullptr);  // each image's decode buffer
-    std::vector<at::Tensor> buffers;  // held until the chunk's work is issued (stream-ordered reuse after that)
+    std::vector<at::Tensor> retired;  // an outgrown pool this chunk placed images in, held until its work is issued
     int64_t buffer_bytes = 0;
-    // One device buffer for the images at `which`, laid out one after another.
+    output_used = 0;
+    // Room in the output pool for the images at `which`, laid out one after another.
     auto place = [&](const std::vector<size_t>& which) {
       size_t total = 0;
       for (size_t k : which) total += region[k].bytes();
       if (total == 0) return;
-      buffers.push_back(at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kByte).device(device)));
+      uint8_t* p = output_space(total, stream, retired);
       buffer_bytes += static_cast<int64_t>(total);
       counts.peak_buffer_bytes = std::max(counts.peak_buffer_bytes, buffer_bytes);
-      uint8_t* p = buffers.back().data_ptr<uint8_t>();
       for (size_t k : which) decoded_to[k] = p, p += region[k].bytes();
     };
     auto destination = [&](size_t k) {
@@ -314,7 +337,7 @@ struct JpegDecoder::Impl {
       jobs.push_back({decoded_to[k], g.w * 3, g.w, g.h, r, c.x - g.x / r, c.y - g.y / r, c.w, c.h, c.flip ? 1 : 0,
                       static_cast<int>(chunk[k])});
     }
-    resize_into(jobs, out, stream);  // while `buffers` still holds the decoded pixels
+    resize_into(jobs, out, stream);  // while `retired` still holds any pixels placed in an outgrown pool
   }
 };
 
