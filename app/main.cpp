@@ -131,8 +131,8 @@ int run(int argc, char** argv) {
   if (*help) {
     if (topic == "config") return print_config_help(markdown);
     if (topic == "metrics") return print_metrics_help();
-    if (topic.empty()) {
-      std::cout << cli.help();
+    if (topic.empty()) {  // the commands (cli.help() would show the selected command's: help's own)
+      std::cout << cli.get_formatter()->make_help(&cli, cli.get_name(), CLI::AppFormatMode::Normal);
       return app::kExitOk;
     }
     std::vector<std::string> topics(std::begin(kHelpTopics), std::end(kHelpTopics));

@@ -155,6 +155,9 @@ TEST_F(Cli, HelpOfEveryCommandShowsTheDefaults) {
   const Outcome train = pinfeed({"help", "train"});  // a command's help, as a help topic
   EXPECT_EQ(train.code, 0) << train.output;
   EXPECT_NE(train.output.find("--resume"), std::string::npos) << train.output;
+  const Outcome commands = pinfeed({"help"});  // the topic's default: the list of commands
+  EXPECT_EQ(commands.code, 0) << commands.output;
+  EXPECT_NE(commands.output.find("eval                        top-1, top-5"), std::string::npos) << commands.output;
   // Every option that takes a value says its default: CLI11's "=value", or in words where it comes from the
   // config (--mode, --device, --decoder) or is none (--resume), unless it is required.
   for (const char* command : {"train", "bench", "eval", "predict", "gen-data", "help"}) {
