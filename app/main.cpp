@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/bench/bench.h"
+#include "app/cli/command_line.h"
 #include "app/config/config.h"
 #include "app/config/exit_codes.h"
 #include "app/config/format.h"
@@ -23,6 +24,7 @@
 #include "app/run/metrics.h"
 #include "app/run/run_files.h"
 #include "app/run/signals.h"
+#include "app/train/resume.h"
 #include "app/train/trainer.h"
 #include "common/log.h"
 #include "data/loader/detached.h"
@@ -61,43 +63,6 @@ int print_metrics_help() {
 // pinfeed help TOPIC: the topics besides the subcommands (whose --help it prints).
 constexpr const char* kHelpTopics[] = {"config", "metrics"};
 
-// What CLI11 would only call "not expected", said with the likely intent: an unknown command is named with the
-// nearest one; a config key typed as a flag (--epochs 1, as torchvision's scripts take it) gets the override to
-// write instead. Returns the message, or "" to let CLI11 parse.
-std::string misuse(const CLI::App& cli, int argc, char** argv) {
-  if (argc < 2 || argv[1][0] == '-') return "";
-  std::vector<std::string> commands;
-  for (const CLI::App* sub : cli.get_subcommands({})) commands.push_back(sub->get_name());
-  const std::string command = argv[1];
-  if (std::find(commands.begin(), commands.end(), command) == commands.end()) {
-    std::string all;
-    for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
-    return "unknown command '" + data::printable(command) + "'" + app::did_you_mean(command, commands) +
-           " (commands: " + all + ")";
-  }
-  const CLI::App* sub = cli.get_subcommand(command);
-  if (!sub->get_option_no_throw("overrides")) return "";  // a command without config keys
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") break;
-    if (arg.rfind("--", 0) != 0 || arg.size() == 2) continue;
-    const auto eq = arg.find('=');
-    const std::string flag = arg.substr(0, eq);
-    if (sub->get_option_no_throw(flag) || flag == "--help") continue;
-    std::string leaf = flag.substr(2);
-    std::replace(leaf.begin(), leaf.end(), '-', '_');
-    for (const auto& k : app::config_keys()) {
-      if (k.name.substr(k.name.find('.') + 1) != leaf) continue;
-      std::string value = eq != std::string::npos ? arg.substr(eq + 1)
-                          : i + 1 < argc && argv[i + 1][0] != '-' ? std::string(argv[i + 1])
-                                                                  : "VALUE";
-      return command + ": unknown option " + data::printable(flag) + "; config keys are set as section.key=value: use " +
-             k.name + "=" + data::printable(value);
-    }
-  }
-  return "";
-}
-
 int run(int argc, char** argv) {
   CLI::App cli{"pinfeed: is the GPU computing, or waiting for data? ResNet-50 training with switchable "
                "host-to-device transfer modes."};
@@ -108,10 +73,13 @@ int run(int argc, char** argv) {
   auto* train = cli.add_subcommand("train", "train ResNet-50 from a TOML config");
   app::StartArgs start;
   std::string resume;
-  train->add_option("--config,-c", start.config, "TOML config file")->required();
-  train->add_option("--mode", start.mode, "transfer mode preset: " + pipeline::preset_names());
+  train->add_option("--config,-c", start.config,
+                    "TOML config file (required, but with --resume PATH: default the run folder's latest config)");
+  train->add_option("--mode", start.mode, "transfer mode preset: " + pipeline::preset_names() +
+                                              " (default: the config's pipeline.mode)");
   app::add_device_options(*train, start);
-  train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name)");
+  train->add_option("--resume", resume, "continue from a checkpoint: PATH or 'last' (newest run with this run.name; "
+                                        "default: none, a new run)");
   int64_t stop_after_steps = 0;
   train->add_option("--stop-after-steps", stop_after_steps, "stop as on Ctrl-C after N steps (tests)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
@@ -144,25 +112,27 @@ int run(int argc, char** argv) {
 
   auto* help = cli.add_subcommand("help", "more help: 'pinfeed help config' lists every config key, 'pinfeed help metrics' every per-epoch metric, 'pinfeed help CMD' a command's options");
   std::string topic;
-  help->add_option("topic", topic, "config | metrics | a command");
+  help->add_option("topic", topic, "config | metrics | a command (default: the list of commands)");
   bool markdown = false;
   help->add_flag("--markdown", markdown, "config: the key table as Markdown (README.md's)");
 
-  if (const std::string problem = misuse(cli, argc, argv); !problem.empty()) {
+  if (const std::string problem = app::misuse(cli, argc, argv); !problem.empty()) {
     log::error(problem);
     return app::kExitUsage;
   }
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return cli.exit(e) == 0 ? app::kExitOk : app::kExitUsage;
+    if (e.get_exit_code() == 0) return cli.exit(e);  // --help, --version
+    log::error(app::parse_error_text(cli, e, argc, argv));
+    return app::kExitUsage;
   }
 
   if (*help) {
     if (topic == "config") return print_config_help(markdown);
     if (topic == "metrics") return print_metrics_help();
-    if (topic.empty()) {
-      std::cout << cli.help();
+    if (topic.empty()) {  // the commands (cli.help() would show the selected command's: help's own)
+      std::cout << cli.get_formatter()->make_help(&cli, cli.get_name(), CLI::AppFormatMode::Normal);
       return app::kExitOk;
     }
     std::vector<std::string> topics(std::begin(kHelpTopics), std::end(kHelpTopics));
@@ -194,21 +164,18 @@ int run(int argc, char** argv) {
   if (*eval) return app::run_eval(eval_args, app::signal_stop());
   if (*predict) return app::run_predict(predict_args);
 
+  if (start.config.empty()) {  // a resume of PATH continues with the config its run wrote
+    if (resume.empty() || resume == "last") {
+      log::error(std::string("train: --config is required") +
+                 (resume.empty() ? " (or --resume PATH, which takes the run folder's config)"
+                                 : " with --resume last (its run.dir and run.name say where to look)") +
+                 " (pinfeed train --help lists its options)");
+      return app::kExitUsage;
+    }
+    start.config = app::run_config_of(resume);
+  }
   const app::TrainResult result = app::train(app::start(start), {resume, stop_after_steps}, app::signal_stop());
   if (result.interrupted) return app::kExitInterrupted;
-  if (result.main_rank && !result.epochs.empty()) {
-    const auto& e = result.epochs.back();
-    // Accuracies in percent, as the epoch lines print them (the files hold fractions).
-    if (std::isnan(e.val_top1)) {  // train.eval = false
-      std::printf("final: epoch %lld train_loss %.4f, not evaluated (run %s)\n", static_cast<long long>(e.epoch),
-                  e.train_loss, result.run_dir.c_str());
-    } else {
-      const std::string ema = std::isnan(e.ema_val_top1) ? "" : " ema_val_top1 " + app::fixed(100 * e.ema_val_top1, 2) + "%";
-      std::printf("final: epoch %lld val_top1 %.2f%% val_top5 %.2f%%%s train_loss %.4f (run %s)\n",
-                  static_cast<long long>(e.epoch), 100 * e.val_top1, 100 * e.val_top5, ema.c_str(), e.train_loss,
-                  result.run_dir.c_str());
-    }
-  }
   return app::kExitOk;
 }
 

@@ -7,7 +7,9 @@
 #   PINFEED_BENCH_DATA    ImageFolder to use (default: generated once, 100 classes x 128 images of 500x375)
 #   BENCH_PARTS           any of: pinfeed uint8 graph reference plot (default: all)
 #   BENCH_CONFIGS         any of: bs64-tf32 bs64-bf16-cl bs256-bf16-cl (default: all)
-#   REPEATS WARMUP STEPS  per mode and repeat (default 3, 20, 100); PYTHON (default python3)
+#   REPEATS WARMUP STEPS  per mode and repeat (default 3, 20, 100)
+#   PYTHON                Python with torch and matplotlib (default: the venv scripts/setup.sh made, named in the
+#                         build folder's .venv_path beside PINFEED_BIN, else python3)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: scripts/bench.sh OUT_DIR}
@@ -19,7 +21,8 @@ data=${PINFEED_BENCH_DATA:-$cache/datasets/bench-photo-v1}
 parts=${BENCH_PARTS:-pinfeed uint8 graph reference plot}
 configs=${BENCH_CONFIGS:-bs64-tf32 bs64-bf16-cl bs256-bf16-cl}
 repeats=${REPEATS:-3} warmup=${WARMUP:-20} steps=${STEPS:-100}
-python=${PYTHON:-python3}
+venv_path=$(dirname "$bin")/../.venv_path
+python=${PYTHON:-$([ -f "$venv_path" ] && echo "$(cat "$venv_path")/bin/python" || echo python3)}
 # The charts come last: find out now, not after the runs, that they cannot be drawn.
 if [[ " $parts " == *" plot "* ]] && ! "$python" -c 'import matplotlib' 2>/dev/null; then
   echo "error: $python cannot import matplotlib for the charts (scripts/setup.sh installs it into its venv;" \

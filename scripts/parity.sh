@@ -13,7 +13,8 @@
 #   PARITY_WORKERS    DataLoader workers of the reference (default: as pinfeed's decode threads, cores - 3)
 #   PARITY_SIDES      which sides run (default "pinfeed torchvision"); a side left out must have its runs'
 #                     JSON lines in OUT_DIR already (<side>-seed<N>.jsonl, from an earlier run of the same recipe)
-#   PYTHON            Python with torch, torchvision and matplotlib (default python3)
+#   PYTHON            Python with torch, torchvision and matplotlib (default: the venv scripts/setup.sh made,
+#                     named in the build folder's .venv_path beside PINFEED_BIN, else python3)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:?usage: scripts/parity.sh PINFEED_BIN OUT_DIR}
@@ -22,7 +23,8 @@ bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 [ -x "$bin" ] || { echo "error: $bin is not an executable" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-python=${PYTHON:-python3}
+venv_path=$(dirname "$bin")/../.venv_path
+python=${PYTHON:-$([ -f "$venv_path" ] && echo "$(cat "$venv_path")/bin/python" || echo python3)}
 config=${PARITY_CONFIG:-$repo/configs/parity_resnet50.toml}
 results=${PARITY_RESULTS:-$out/results}
 read -r -a seeds <<<"${PARITY_SEEDS:-0 1}"

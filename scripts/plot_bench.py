@@ -54,13 +54,27 @@ def table(config, rows):
     return "\n".join(lines) + "\n"
 
 
+# Bars whose medians differ by this factor or more share a logarithmic axis: on a linear one the small ones (a
+# 9 samples/s row beside 24,841) would not show.
+LOG_AXIS_RATIO = 100
+
+
+def axis_scale(medians):
+    """ "log" when the positive medians span LOG_AXIS_RATIO or more, else "linear"."""
+    positive = [m for m in medians if m and m > 0]
+    return "log" if positive and max(positive) / min(positive) >= LOG_AXIS_RATIO else "linear"
+
+
 def chart(config, rows, path):
+    """Writes the chart to path: a bar per row, labelled with its median; returns the figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     labels = sorted({r["label"] for r in rows}, key=lambda l: (l != "pinfeed", l))
     modes = [m for m in ORDER if any(r["mode"] == m for r in rows)]
     fig, ax = plt.subplots(figsize=(11, 4.5))
+    scale = axis_scale([r["samples_per_s_median"] for r in rows])
+    ax.set_yscale(scale)
     width = 0.8 / len(labels)
     for i, label in enumerate(labels):
         xs, ys, lo, hi = [], [], [], []
@@ -73,15 +87,17 @@ def chart(config, rows, path):
             ys.append(r["samples_per_s_median"])
             lo.append(r["samples_per_s_median"] - min(vals))
             hi.append(max(vals) - r["samples_per_s_median"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
+        bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label)
+        ax.bar_label(bars, labels=[f"{y:,.0f}" for y in ys], fontsize=7, padding=2)
     ax.set_xticks([j + width * (len(labels) - 1) / 2 for j in range(len(modes))])
     ax.set_xticklabels(modes, rotation=15)
-    ax.set_ylabel("samples/s (median, min-max)")
+    ax.set_ylabel("samples/s (median, min-max" + (", log scale)" if scale == "log" else ")"))
     ax.set_title(f"ResNet-50 training throughput by host-to-device mode: {config}")
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def main():

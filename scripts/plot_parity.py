@@ -44,16 +44,29 @@ def pct(v):
     return "n/a" if v is None else f"{100 * v:.2f}"
 
 
+def seed_colours(labels, plt):
+    """A colour per seed, distinct for every seed, the same on both sides (pinfeed solid, torchvision dashed).
+    labels: "<side> seed <s>" of each run."""
+    seeds = list(dict.fromkeys(label.rsplit(" seed ", 1)[-1] for label in labels))
+    n = len(seeds)
+    if n <= 20:  # qualitative maps: tab10's colours, then tab20's
+        cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+        colour = {s: cmap(i) for i, s in enumerate(seeds)}
+    else:
+        colour = {s: plt.get_cmap("turbo")(i / (n - 1)) for i, s in enumerate(seeds)}
+    return [colour[label.rsplit(" seed ", 1)[-1]] for label in labels]
+
+
 def chart(runs, path, title):
+    """Writes the chart to path; returns the figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, rows) in enumerate(runs):
+    colours = seed_colours([label for label, _ in runs], plt)
+    for (label, rows), colour in zip(runs, colours):
         style = "-" if label.startswith("pinfeed") else "--"
-        colour = colours[(0 if label.startswith("pinfeed") else 1) * 2 + i % 2]
         epochs = [r["epoch"] for r in rows]
         ax1.plot(epochs, [100 * r["val_top1"] for r in rows], style, marker="o", ms=3, color=colour, label=label)
         ax2.plot(epochs, [r["train_loss"] for r in rows], style, marker="o", ms=3, color=colour, label=label)
@@ -70,6 +83,7 @@ def chart(runs, path, title):
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def main():

@@ -1,5 +1,6 @@
 """A state dict that Python wrote with torch.save(model.state_dict()) (torchvision's resnet50 names and shapes, an
-OrderedDict with its _metadata) works in pinfeed: `eval` and `predict` read it (classes by index), `train.init_from`
+OrderedDict with its _metadata) works in pinfeed: `eval` and `predict` read it (classes by index; eval refuses
+one whose class count is not the folders'), `train.init_from`
 starts a run from it (fc re-initialised for another class count), and `--resume` of it points to train.init_from.
 The checkpoints pinfeed writes carry the class names, which torch.load(weights_only=True) reads; with torchvision
 importable, README's export route (load_state_dict, then torch.jit.script) runs on best.pt.
@@ -7,6 +8,7 @@ importable, README's export route (load_state_dict, then torch.jit.script) runs 
 Usage: check_state_dict.py PINFEED_EXE REFERENCE_TSV. Exits 77 (ctest: skipped) without torch.
 """
 import collections
+import copy
 import json
 import pathlib
 import subprocess
@@ -56,7 +58,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         sd_path = tmp / "resnet50_state_dict.pt"
-        torch.save(state_dict(tsv, torch), sd_path)
+        sd = state_dict(tsv, torch)
+        torch.save(sd, sd_path)
         run(exe, "gen-data", "--out", tmp / "data", "--classes", "2", "--train-per-class", "4", "--val-per-class", "2",
             "--size", "40x40", "--threads", "1")
         config = tmp / "tiny.toml"
@@ -65,7 +68,16 @@ def main():
             '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 4\nlr = 0.01\nprecision = "fp32"\n'
             f'[pipeline]\nwarmup_steps = 0\n[run]\nname = "sd"\ndir = "{tmp / "runs"}"\n')
 
-        stdout, _ = run(exe, "eval", "-c", config, "--checkpoint", sd_path, "--json")
+        # A state dict names no classes: its outputs must be as many as the class folders, or the labels (the
+        # folders sorted) would not be its classes; 1000 outputs on 2 folders is refused in one line.
+        _, out = run(exe, "eval", "-c", config, "--checkpoint", sd_path, "--json", code=2)
+        assert "has 2 class folders but " + str(sd_path) + " classifies 1000 and names none" in out, out
+        assert out.count("error:") == 1, out
+        two = copy.copy(sd)  # keeps _metadata
+        two["fc.weight"], two["fc.bias"] = sd["fc.weight"][:2].clone(), sd["fc.bias"][:2].clone()
+        two_path = tmp / "two_classes.pt"
+        torch.save(two, two_path)
+        stdout, _ = run(exe, "eval", "-c", config, "--checkpoint", two_path, "--json")
         result = json.loads(stdout)
         assert result["images"] == 4 and 0 <= result["top1"] <= 1, result
         print(f"eval of a Python state dict: {result}")

@@ -155,6 +155,30 @@ TEST_F(Cli, HelpOfEveryCommandShowsTheDefaults) {
   const Outcome train = pinfeed({"help", "train"});  // a command's help, as a help topic
   EXPECT_EQ(train.code, 0) << train.output;
   EXPECT_NE(train.output.find("--resume"), std::string::npos) << train.output;
+  const Outcome commands = pinfeed({"help"});  // the topic's default: the list of commands
+  EXPECT_EQ(commands.code, 0) << commands.output;
+  EXPECT_NE(commands.output.find("eval                        top-1, top-5"), std::string::npos) << commands.output;
+  // Every option that takes a value says its default: CLI11's "=value", or in words where it comes from the
+  // config (--mode, --device, --decoder) or is none (--resume), unless it is required.
+  for (const char* command : {"train", "bench", "eval", "predict", "gen-data", "help"}) {
+    const Outcome help = pinfeed({command, "--help"});
+    ASSERT_EQ(help.code, 0) << help.output;
+    std::istringstream lines(help.output.substr(help.output.find("Options:")));
+    std::vector<std::pair<std::string, std::string>> options;  // each option's names and type, and all its lines
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("  -", 0) == 0) options.push_back({line.substr(0, line.find("  ", 2)), line});
+      else if (line.rfind("    ", 0) == 0 && !options.empty()) options.back().second += line;
+    }
+    for (const auto& [head, option] : options) {
+      std::istringstream words(head);
+      std::string names, type;
+      words >> names >> type;
+      if (type.empty()) continue;  // a flag
+      const bool said = head.find('=') != std::string::npos || head.find("REQUIRED") != std::string::npos ||
+                        option.find("default") != std::string::npos;
+      EXPECT_TRUE(said) << command << ": " << option;
+    }
+  }
 }
 
 // The README's key table is the key table's: made by `pinfeed help config --markdown`, between two markers.
@@ -196,6 +220,43 @@ TEST_F(Cli, ConfigKeyTypedAsAFlagGetsTheOverrideToWrite) {
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
   }
+}
+
+// CLI11's own errors read as the config's: one "error:" line naming the command, the nearest name where one is
+// near, and for a config key spelt as a flag the override to write.
+TEST_F(Cli, ParserErrorsGetTheErrorPrefixAndWhatWasLikelyMeant) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"train", "-c", config_, "--mod", "pinned"}, "error: train: unknown option --mod; did you mean '--mode'?"},
+      {{"eval", "-c", config_, "--chekpoint", "x"}, "error: eval: unknown option --chekpoint; did you mean '--checkpoint'?"},
+      {{"train", "-c", config_, "--decoder", "nvjpg"}, "must be one of \"cpu\" | \"nvjpeg\" | \"auto\", got \"nvjpg\"; did you mean 'nvjpeg'?"},
+      {{"eval", "-c", config_, "--checkpoint", "x", "--split", "vall"},
+       "error: eval: --split: must be val | train, got 'vall'; did you mean 'val'?"},
+      {{"train", "-c", config_, "--train.epochs=2"},
+       "error: train: unknown option --train.epochs; config keys are set as section.key=value: use train.epochs=2"},
+      {{"eval", "-c", config_}, "error: eval: --checkpoint is required (pinfeed eval --help lists its options)"},
+      {{"train", "-c", config_, "pipeline.mode=\"dual_stram\""}, "got \"dual_stram\"; did you mean 'dual_stream'?"},
+      {{"train", "-c", config_, "--mode", "dual_stram"}, "got \"dual_stram\"; did you mean 'dual_stream'?"},
+      {{"gen-data", "--out", "x", "extra"}, "error: gen-data: unexpected argument extra"},
+      {{"predict", "--checkpoint", "x", "--top-k", "0", "a.jpg"}, "error: predict: --top-k: "},
+      {{}, "error: a command is required (commands: train, gen-data, bench, eval, predict, help)"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome r = pinfeed(args);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line:\n" << r.output;
+  }
+}
+
+// The README's `--mode dual_stream` on a machine without CUDA: one warning, then the run goes on pageable (here
+// to the missing dataset, exit 3).
+TEST_F(Cli, ATransferModeThatNeedsCudaRunsPageableOnTheCpuSayingSo) {
+  const Outcome r = pinfeed({"train", "-c", config_, "--mode", "dual_stream"});
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("warning: override 'pipeline.mode=\"dual_stream\"':1:15: pipeline.mode = \"dual_stream\" "
+                          "needs a CUDA device (device is cpu): running mode pageable"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(Cli, ValueOfTheWrongTypeSaysWhatTheKeyTakes) {

@@ -102,6 +102,35 @@ TEST_F(CliEval, EvalOfTheLastCheckpointRepeatsTheLastEpochsValidation) {
   EXPECT_NE(line.output.find("on 16 images of"), std::string::npos) << line.output;
 }
 
+// The README's form with the shipped ImageNet recipe (fp16, dual_stream, batch 256 at 224 px): eval applies
+// none of the training step's checks, and evaluates at the side the checkpoint was validated at, saying so.
+TEST_F(CliEval, EvalTakesTheImagenetConfigOnAnyDeviceAtTheCheckpointsSide) {
+  const std::string imagenet = std::string(PINFEED_SOURCE_DIR) + "/configs/resnet50_imagenet.toml";
+  const std::string root = "data.root=\"" + (dir_ / "data").string() + "\"";
+  const std::string last = (run_ / "last.pt").string();
+  const Outcome r = pinfeed({"eval", "-c", imagenet, "--checkpoint", last, "--device", PINFEED_EVAL_DEVICE, root, "--json"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("evaluating at 32 px, val_resize_ratio 0.875, as " + last + " was validated; the config says "
+                          "224 px"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("eval: batch 1/1"), std::string::npos) << r.output;  // the progress line
+  // On CUDA the recipe's fp16 would round differently from the fp32 the run was validated in.
+  const std::string precision = std::string(PINFEED_EVAL_DEVICE) == "cpu" ? "train.precision=fp16" : "train.precision=fp32";
+  const Outcome json = pinfeed({"eval", "-c", imagenet, "--checkpoint", last, "--device", PINFEED_EVAL_DEVICE, root,
+                                precision, "--json"}, /*with_stderr=*/false);
+  const auto result = nlohmann::json::parse(json.output);
+  EXPECT_EQ(result.at("image_size"), 32);
+  EXPECT_EQ(result.at("images"), 6);
+  EXPECT_NEAR(result.at("top1").get<double>(), rows().back().at("val_top1").get<double>(), 1e-9);
+  // A side given on the command line is the one evaluated at, without a word.
+  const Outcome at64 = pinfeed({"eval", "-c", imagenet, "--checkpoint", last, "--device", PINFEED_EVAL_DEVICE, root,
+                                "data.val_image_size=64", "--json"});
+  ASSERT_EQ(at64.code, 0) << at64.output;
+  EXPECT_EQ(at64.output.find("evaluating at"), std::string::npos) << at64.output;
+  EXPECT_NE(at64.output.find("\"image_size\":64"), std::string::npos) << at64.output;
+}
+
 TEST_F(CliEval, BestCheckpointHoldsTheEpochOfTheHighestValidationTop1) {
   ASSERT_TRUE(fs::exists(run_ / "best.pt"));
   double best = -1;

@@ -1,7 +1,8 @@
 // The run folder through the pinfeed executable: one process writes a folder at a time (a second exits 2 naming
 // it and the holder), `--resume last` takes the run of exactly that run.name and says when it has nothing left to
-// do, a checkpoint outside a pinfeed run folder is refused without touching that folder, and every start leaves
-// run.json, run.log and its own config. Tiny CPU runs on generated data: one step per epoch.
+// do, a checkpoint outside a pinfeed run folder is refused without touching that folder, every start leaves
+// run.json, run.log and its own config, `--resume PATH` alone takes the run's config, and a finished run ends with
+// one `final:` line. Tiny CPU runs on generated data: one step per epoch.
 #include <gtest/gtest.h>
 
 #include "run_exe.h"
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -156,6 +158,75 @@ TEST_F(CliRuns, EachStartIsRecordedWithItsConfigAndLog) {
     EXPECT_TRUE(row.at("lr").is_number()) << line;
   }
   EXPECT_EQ(epochs, (std::vector<int64_t>{1, 2}));
+}
+
+// The lines of `text` that start with `prefix`.
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find(prefix);  // run.log's lines start with the date and time
+    if (at != std::string::npos && (at == 0 || line.compare(0, 2, "20") == 0)) found.push_back(line.substr(at));
+  }
+  return found;
+}
+
+TEST_F(CliRuns, AFinishedRunEndsWithOneFinalLineNamingTheBestEpochAndBestPtAlsoInRunLog) {
+  const Outcome r = train({"train.eval=true", "train.epochs=2"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  const fs::path run = run_folder("-quick");
+  int64_t best = 0;  // the last epoch best.pt was written for
+  std::ifstream rows(run / "metrics.jsonl");
+  for (std::string line; std::getline(rows, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    if (row.at("best_weights").is_string()) best = row.at("epoch");
+  }
+  ASSERT_GT(best, 0);
+  const std::string folder = (fs::path("runs") / run.filename()).string();
+  for (const std::string& text : {r.output, text_of(run / "run.log")}) {
+    const auto finals = lines_starting(text, "final: ");
+    ASSERT_EQ(finals.size(), 1u) << text;
+    const std::string& line = finals[0];
+    EXPECT_EQ(line.rfind("final: epoch 2/2 val_top1 ", 0), 0u) << line;
+    EXPECT_NE(line.find("| best: epoch " + std::to_string(best) + ", val_top1 "), std::string::npos) << line;
+    EXPECT_NE(line.find("(the raw weights) in " + folder + "/best.pt"), std::string::npos) << line;
+    EXPECT_NE(line.find("s | run " + folder), std::string::npos) << line;  // this start's time, then the folder
+  }
+}
+
+TEST_F(CliRuns, AResumeWithoutAConfigTakesTheRunsLatestConfig) {
+  ASSERT_EQ(train({"train.epochs=2", "--stop-after-steps", "1"}).code, 130);
+  const fs::path run = run_folder("-quick");
+  const std::string last = (fs::path("runs") / run.filename() / "last.pt").string();
+  const Outcome resumed = pinfeed({"train", "--resume", last});
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("config: " + (fs::path("runs") / run.filename() / "config.toml").string() +
+                                ", the run's latest"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("epoch 2/2 (32 px)"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("was trained on"), std::string::npos) << resumed.output;  // the same data.root
+  EXPECT_EQ(lines_starting(resumed.output, "final: ").size(), 1u) << resumed.output;
+  // The resume wrote config.resume-1.toml: the next resume takes that one.
+  const Outcome again = pinfeed({"train", "--resume", last});
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("config.resume-1.toml, the run's latest"), std::string::npos) << again.output;
+  const Outcome none = pinfeed({"train"});
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("error: train: --config is required (or --resume PATH"), std::string::npos) << none.output;
+}
+
+TEST_F(CliRuns, AResumeOnAnotherDataRootSaysSoInOneLine) {
+  ASSERT_EQ(train({"train.epochs=2", "--stop-after-steps", "1"}).code, 130);
+  fs::copy(dir_ / "data", dir_ / "copy", fs::copy_options::recursive);  // the same counts: the resume is allowed
+  const std::string last = (fs::path("runs") / run_folder("-quick").filename() / "last.pt").string();
+  const Outcome r = train({"--resume", last, "data.root=copy"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto said = lines_starting(r.output, "warning: override 'data.root=copy'");
+  ASSERT_EQ(said.size(), 1u) << r.output;
+  EXPECT_NE(said[0].find("data.root = \"copy\", but " + last + " was trained on \"data\": resuming on the former"),
+            std::string::npos)
+      << said[0];
 }
 
 TEST_F(CliRuns, WithoutEvaluationTheEpochLineSaysNothingOfValidation) {

@@ -185,9 +185,39 @@ TEST(Plan, AutoDefaultsTakeTheCpuPathOnTheCpuAndExplicitValuesHold) {
   EXPECT_TRUE(resolve_plan(cpu_config({"train.channels_last=true"})).step.channels_last);
   const auto e = plan_error(cpu_config({"train.cuda_graph=true"}));
   EXPECT_NE(e.find("train.cuda_graph = true needs a CUDA device (device is cpu)"), std::string::npos) << e;
-  // Written flags are kept as written under pipeline.mode = "auto".
-  const auto flags = plan_error(cpu_config({"pipeline.pin_memory=true"}));
-  EXPECT_NE(flags.find("pipeline.pin_memory = true needs a CUDA device"), std::string::npos) << flags;
+}
+
+TEST(Plan, TransferFlagsThatNeedCudaFallBackToPageableOnTheCpu) {
+  // A preset (the README's --mode dual_stream) and flags written one by one alike: nothing to transfer on the CPU.
+  for (const std::vector<std::string>& overrides :
+       {std::vector<std::string>{"pipeline.mode=dual_stream"}, {"pipeline.mode=pinned"}, {"pipeline.pin_memory=true"},
+        {"pipeline.pin_memory=true", "pipeline.non_blocking=true"}}) {
+    const Plan p = resolve_plan(cpu_config(overrides));
+    EXPECT_EQ(pipeline::mode_name(p.pipeline), "pageable") << overrides.back();
+    EXPECT_FALSE(p.pipeline.pin_memory || p.pipeline.non_blocking || p.pipeline.dual_stream) << overrides.back();
+    // What the run folder's config.toml records reads back as the mode that ran.
+    EXPECT_NO_THROW(parse_config_string(to_toml(p), "config.toml")) << to_toml(p);
+  }
+  // A combination no device can run is still refused, naming the key.
+  const auto e = test::message_of<ConfigError>([] { cpu_config({"pipeline.dual_stream=true"}); });
+  EXPECT_NE(e.find("pipeline.dual_stream = true needs pipeline.pin_memory = true"), std::string::npos) << e;
+}
+
+TEST(Plan, AnEvaluationPlanOnTheCpuIgnoresTheTrainingStepsCudaTermsAndMemory) {
+  constexpr double kGiB = 1 << 30;
+  const ScopedHostMemory fake({10 * kGiB, 12 * kGiB, 0});  // far below a 224 px step of batch 256 (~27 GiB)
+  // configs/resnet50_imagenet.toml's step terms: fp16 and a CUDA graph at 224 px, batch 256.
+  const Config c = cpu_config({"train.precision=fp16", "train.cuda_graph=true", "data.image_size=224",
+                               "train.batch_size=256", "pipeline.mode=dual_stream", "pipeline.transfer_dtype=uint8"});
+  EXPECT_NE(plan_error(c).find("needs a CUDA device"), std::string::npos) << plan_error(c);
+  const Plan eval = resolve_plan(c, {}, PlanUse::kEval);
+  EXPECT_EQ(eval.step.precision, Precision::kFp32);
+  EXPECT_FALSE(eval.step.cuda_graph);
+  EXPECT_EQ(pipeline::mode_name(eval.pipeline), "pageable");
+  EXPECT_EQ(eval.transform.size, 224);
+  const auto memory = plan_error(cpu_config({"data.image_size=224", "train.batch_size=256"}));
+  EXPECT_NE(memory.find("a training step needs ~"), std::string::npos) << memory;
+  EXPECT_NO_THROW(resolve_plan(cpu_config({"data.image_size=224", "train.batch_size=256"}), {}, PlanUse::kEval));
 }
 
 TEST(Plan, TheDeviceAugmentationsTakeTheGpuDecodersPixels) {

@@ -1,5 +1,6 @@
 // Ctrl-C and SIGTERM: during start-up the first ends the process at once (130); in training the first asks to
-// stop and a second ends the process at once, removing the temp file of a write in progress.
+// stop and a second ends the process at once, removing the temp file of a write in progress. Each immediate stop
+// says in one line that nothing was saved.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -12,14 +13,14 @@
 namespace pinfeed::app {
 namespace {
 
-TEST(Signals, TheFirstSignalDuringStartUpExitsAt130) {
+TEST(Signals, TheFirstSignalDuringStartUpExitsAt130SayingNothingWasSaved) {
   EXPECT_EXIT(
       {
         install_signal_handlers();
         std::raise(SIGINT);
         std::exit(0);  // not reached
       },
-      ::testing::ExitedWithCode(130), "");
+      ::testing::ExitedWithCode(130), "interrupted during start-up: nothing was saved");
 }
 
 TEST(Signals, TheFirstSignalInTrainingOnlyRequestsAStop) {
@@ -33,7 +34,7 @@ TEST(Signals, TheFirstSignalInTrainingOnlyRequestsAStop) {
       ::testing::ExitedWithCode(7), "");
 }
 
-TEST(Signals, ASecondSignalDuringAnAtomicWriteRemovesItsTempFile) {
+TEST(Signals, ASecondSignalRemovesTheTempFileOfAWriteAndSaysNothingWasSaved) {
   const std::string tmp = test::fresh_dir("signal_tmp") + "/last.pt.tmp";
   EXPECT_EXIT(
       {
@@ -45,7 +46,7 @@ TEST(Signals, ASecondSignalDuringAnAtomicWriteRemovesItsTempFile) {
         std::raise(SIGINT);
         std::exit(0);  // not reached
       },
-      ::testing::ExitedWithCode(130), "");
+      ::testing::ExitedWithCode(130), "stopped at once by a second signal: nothing was saved");
   EXPECT_FALSE(std::filesystem::exists(tmp));
 }
 

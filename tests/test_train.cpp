@@ -512,18 +512,5 @@ TEST(Train, TriangularScheduleIsFfcvsCyclic) {
   EXPECT_NEAR(learning_rate(t, 0, 10), 3.4, 1e-12);
 }
 
-TEST(Train, PinnedMemoryOnCpuIsRefusedNamingTheFlag) {
-  StopRequest stop;
-  const std::string root = test::make_dataset("train_refuse", 2, 4, 1, 32);
-  Config c = tiny_config(root, test::fresh_dir("train_refuse_runs"), 1);
-  apply_override(c, "pipeline.pin_memory=true");
-  try {
-    train(resolve_plan(c), {}, stop);
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("pipeline.pin_memory = true needs a CUDA device"), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace pinfeed::app

@@ -244,12 +244,12 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("--out", a.out, "output folder (table.md, bench.csv, bench.json); default: <run.dir>/<time>-bench");
   cmd.add_option("--reference", a.reference,
                  "JSON from scripts/reference_pytorch.py or reference_dali.py to show alongside; repeatable, each "
-                 "file checked before the rows run")
+                 "file checked before the rows run (default: none)")
       ->join();  // one string, the files separated by '\n': read_references splits it
   add_device_options(cmd, a.start);
   cmd.add_option("--trace-steps", a.trace_steps,
                  "A-B: Kineto trace (Perfetto) of timed steps A to B (0 = the first after --warmup) of each row's "
-                 "first repeat, into --out as trace.<row>.json");
+                 "first repeat, into --out as trace.<row>.json (default: none)");
   cmd.add_flag("--augment-ab", a.augment_ab,
                "each transfer-mode row also runs without the config's augmentations (data.auto_augment, "
                "data.random_erasing, data.mixup_*), as <mode>-no_augment, interleaved with it");

@@ -3,31 +3,75 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
 
+#include "app/cli/command_line.h"
 #include "app/config/exit_codes.h"
 #include "app/config/format.h"
 #include "app/dist/distributed.h"
 #include "app/run/checkpoint.h"
 #include "app/step/step_runner.h"
 #include "app/train/evaluate.h"
+#include "app/train/progress.h"
 #include "app/train/resume.h"
 #include "common/log.h"
 #include "data/dataset/image_folder.h"
+#include "pipeline/error_text.h"
 #include "pipeline/transfer/feeder.h"
 
 namespace pinfeed::app {
 namespace {
 
-// The classifier's number of outputs: fc.weight's rows.
-int64_t classes_of(const Weights& w, const std::string& path) {
+// What rank 0 reads in the file and every rank needs: the classifier's outputs (fc.weight's rows), the class
+// names (a pinfeed checkpoint's; none in a state dict) and the validation geometry it was validated with (a
+// pinfeed checkpoint's recorded data.* keys: side and resize ratio; null in a state dict).
+nlohmann::json model_facts(const Weights& w, const std::string& path) {
   const auto fc = w.model.find("fc.weight");
   if (fc == w.model.end() || fc->second.dim() != 2) {
     throw ConfigError(path + ": not the weights of a ResNet-50: it has no 2-D fc.weight");
   }
-  return fc->second.size(0);
+  nlohmann::json facts = {{"num_classes", fc->second.size(0)}, {"classes", w.classes}, {"validated", nullptr}};
+  if (!w.config.empty()) {
+    try {
+      const data::TransformOptions t = parse_config_string(w.config, path + " (its recorded config)").transform;
+      facts["validated"] = {{"side", data::side_of(t, /*train=*/false, 0)}, {"ratio", t.val_resize_ratio}};
+    } catch (const ConfigError& e) {
+      log::warn(error_text(e) + "; evaluating with the config's validation transform");
+    }
+  }
+  return facts;
+}
+
+bool from_command_line(const Plan& plan, const std::string& key) {
+  return location_of(plan, key).rfind("override '", 0) == 0;
+}
+
+// The validation side and resize ratio to evaluate at: the checkpoint's, which its accuracy was measured at, unless
+// the command line sets data.image_size, data.val_image_size or data.val_resize_ratio; the config's for a state
+// dict. Rank 0 says in one line when the config's differ.
+data::TransformOptions eval_transform(const Plan& plan, const nlohmann::json& validated, const std::string& path,
+                                      bool main) {
+  data::TransformOptions t = plan.transform;
+  if (validated.is_null()) return t;
+  for (const char* key : {"data.image_size", "data.val_image_size", "data.val_resize_ratio"}) {
+    if (from_command_line(plan, key)) return t;
+  }
+  const int side = validated.at("side").get<int>(), config_side = data::side_of(t, /*train=*/false, 0);
+  const double ratio = validated.at("ratio").get<double>();
+  if (side == config_side && ratio == t.val_resize_ratio) return t;
+  if (main) {
+    const std::string key = plan.locations.count("data.val_image_size") ? "data.val_image_size" : "data.image_size";
+    log::warn("evaluating at " + std::to_string(side) + " px, val_resize_ratio " + fmt_ms(ratio) + ", as " + path +
+              " was validated; the config says " + std::to_string(config_side) + " px, " +
+              fmt_ms(t.val_resize_ratio) + " (" + location_of(plan, key) + "): give data.val_image_size=" +
+              std::to_string(config_side) + " to evaluate at its side");
+  }
+  t.val_size = side;
+  t.val_resize_ratio = ratio;
+  return t;
 }
 
 }  // namespace
@@ -38,37 +82,40 @@ void add_eval_options(CLI::App& cmd, EvalArgs& a) {
                  "a pinfeed checkpoint (last.pt, best.pt) or a file of torch.save(model.state_dict())")
       ->required();
   cmd.add_option("--split", a.split, "val | train: data.val_split or data.train_split, with the validation transform")
-      ->check(CLI::IsMember({"val", "train"}));
+      ->check(one_of({"val", "train"}));
   add_device_options(cmd, a.start);
   cmd.add_flag("--json", a.json, "print the result as one JSON object");
   cmd.add_option("overrides", a.start.overrides, "section.key=value config overrides");
 }
 
 int run_eval(const EvalArgs& a, const StopRequest& stop) {
-  const Plan plan = start(a.start);
+  const Plan plan = start(a.start, PlanUse::kEval);
   Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] {
     configure_backend(plan);
-    // Rank 0 reads the file; the others get the class count and names here and the weights by broadcast.
+    // Rank 0 reads the file; the others get what it says here and the weights by broadcast.
     std::optional<Weights> weights;
     if (dist.is_main()) weights = load_weights(a.checkpoint);
-    const auto shared = nlohmann::json::parse(dist.share(
-        "eval_model", weights ? nlohmann::json{{"num_classes", classes_of(*weights, a.checkpoint)},
-                                               {"classes", weights->classes}}.dump()
-                              : ""));
-    const int64_t num_classes = shared.at("num_classes").get<int64_t>();
-    const auto classes = shared.at("classes").get<std::vector<std::string>>();
+    const auto facts =
+        nlohmann::json::parse(dist.share("eval_model", weights ? model_facts(*weights, a.checkpoint).dump() : ""));
+    const int64_t num_classes = facts.at("num_classes").get<int64_t>();
+    const auto classes = facts.at("classes").get<std::vector<std::string>>();
 
     const std::string split = a.split == "train" ? plan.dataset.train_split : plan.dataset.val_split;
-    // Labels follow the checkpoint's class names when it has them; else the split's own folders, sorted (as
-    // torchvision's ImageFolder on that split).
+    // Labels follow the checkpoint's class names when it has them (a subset of its classes may be evaluated);
+    // else the split's own folders, sorted (as torchvision's ImageFolder on that split), which must then be as
+    // many as the model's outputs: label i would otherwise not be the class the model calls i.
     data::ImageFolder folder = data::scan_image_folder(plan.dataset.root, split, classes.empty() ? nullptr : &classes);
-    if (static_cast<int64_t>(folder.classes.size()) > num_classes) {
-      throw ConfigError(folder.root + " has " + std::to_string(folder.classes.size()) + " class folders but " +
-                        a.checkpoint + " classifies " + std::to_string(num_classes) + ": not weights for this data");
+    const auto folders = static_cast<int64_t>(folder.classes.size());
+    if (folders > num_classes || (classes.empty() && folders != num_classes)) {
+      throw ConfigError(folder.root + " has " + std::to_string(folders) + " class folders but " + a.checkpoint +
+                        " classifies " + std::to_string(num_classes) +
+                        (classes.empty() ? " and names none (a state dict): its labels would not be these folders'"
+                                         : ": not weights for this data"));
     }
     const std::string root = folder.root;
-    auto set = std::make_shared<data::Dataset>(std::move(folder), plan.transform, /*train=*/false, plan.dataset.on_bad_image);
+    const data::TransformOptions transform = eval_transform(plan, facts.at("validated"), a.checkpoint, dist.is_main());
+    auto set = std::make_shared<data::Dataset>(std::move(folder), transform, /*train=*/false, plan.dataset.on_bad_image);
     data::LoaderOptions loader = plan.val_loader;
     loader.stop_requested = stop_after_grace(stop);
     pipeline::Feeder feed(set, loader, plan.pipeline, plan.feeder);
@@ -77,7 +124,16 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
     runner.broadcast_state();
 
     training_started();  // from here the first Ctrl-C ends the evaluation at the next batch
-    const EvalResult r = evaluate(runner, feed, &dist, &stop);
+    Progress progress(plan.run.progress_interval_s);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t batches = feed.batches_per_epoch();
+    const EvalResult r = evaluate(runner, feed, &dist, &stop, /*ema=*/false, [&](int64_t done, int64_t samples) {
+      if (!dist.is_main() || (done > 1 && !progress.due())) return;  // the first says it has started
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      progress.show("eval: batch " + std::to_string(done) + "/" + std::to_string(batches) + " | " +
+                    fmt_ms(samples / s) + " images/s | ETA " + eta_text(s / done * (batches - done)));
+    });
+    progress.end();
     if (const int64_t bad = set->distinct_bad_images(); bad > 0) {
       log::warn(count_of(bad, "bad image") + " found and replaced by other samples (data.on_bad_image = \"skip\")");
     }
@@ -86,14 +142,16 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
       return static_cast<int>(kExitInterrupted);
     }
     if (!dist.is_main()) return static_cast<int>(kExitOk);
+    const int side = data::side_of(transform, /*train=*/false, 0);
     if (a.json) {
       const nlohmann::json doc = {{"checkpoint", a.checkpoint}, {"split", root},     {"images", r.samples},
                                   {"top1", num_or_null(r.top1)}, {"top5", num_or_null(r.top5)},
-                                  {"loss", num_or_null(r.loss)}, {"world_size", dist.world()}};
+                                  {"loss", num_or_null(r.loss)}, {"world_size", dist.world()},
+                                  {"image_size", side}};
       std::printf("%s\n", doc.dump().c_str());
     } else {
-      std::printf("eval: top1 %.4f top5 %.4f loss %.4f on %lld images of %s (%s)\n", r.top1, r.top5, r.loss,
-                  static_cast<long long>(r.samples), root.c_str(), a.checkpoint.c_str());
+      std::printf("eval: top1 %.4f top5 %.4f loss %.4f on %lld images of %s at %d px (%s)\n", r.top1, r.top5, r.loss,
+                  static_cast<long long>(r.samples), root.c_str(), side, a.checkpoint.c_str());
     }
     return static_cast<int>(kExitOk);
   });

@@ -80,7 +80,7 @@ void add_predict_options(CLI::App& cmd, PredictArgs& a) {
   cmd.add_option("--config,-c", a.config,
                  "TOML config: its data.image_size, data.val_resize_ratio and train.device (default: the "
                  "checkpoint's recorded data keys)");
-  cmd.add_option("--device", a.device, "auto | cpu | cuda | cuda:N");
+  cmd.add_option("--device", a.device, "auto | cpu | cuda | cuda:N (default: the -c config's train.device, else auto)");
   cmd.add_option("inputs", a.inputs, "image files or folders of images")->required();
 }
 

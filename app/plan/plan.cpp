@@ -56,10 +56,11 @@ struct Problem {
 };
 
 // What keeps the pipeline flags or the precision from running on the plan's device, and the key at fault.
-Problem device_problem(const Plan& p) {
+Problem device_problem(const Plan& p, PlanUse use = PlanUse::kTrain) {
   if (const auto problem = pipeline::check_options(p.pipeline, p.device.is_cuda())) {
     return {p.pipeline.mode ? "pipeline.mode" : problem.key, problem.message};
   }
+  if (use == PlanUse::kEval) return {};  // eval_on_the_cpu has settled the step's terms
   if (!p.device.is_cuda() && p.train.cuda_graph == true) {
     return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
   }
@@ -137,7 +138,7 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
 // Sizes the config multiplies into, against this machine, before anything is allocated: decode threads, the host
 // batch rings (pinned or pageable: a pinned ring over its budget falls back to pageable, so the pageable size is
 // the one that must fit) and a training step's memory. Throws ConfigError naming the keys and the sizes.
-void check_resources(const Plan& p) {
+void check_resources(const Plan& p, PlanUse use) {
   const Config& c = p;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int max_workers = std::min<int>(kMaxWorkers, kMaxWorkersPerCore * cores);
@@ -167,7 +168,7 @@ void check_resources(const Plan& p) {
                       std::to_string(side) + " px = " + size_text(ring / slots) + " per batch), over half of this "
                       "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or data.image_size");
   }
-  check_step_memory(p, host, ring * rings);
+  if (use == PlanUse::kTrain) check_step_memory(p, host, ring * rings);
 }
 
 // What pinfeed's own CUDA ops (model.fused_bn, model.max_pool) lack to run under this plan, "" if nothing: they
@@ -278,20 +279,53 @@ void resolve_transfer_mode(Plan& p) {
   p.pipeline.dual_stream = preset.dual_stream;
 }
 
+// On the CPU there is no transfer to overlap: the flags that need CUDA (a preset's, or written one by one) give
+// way to mode pageable, said once, as a pinned ring over its budget does (the feeder's fallback).
+void fall_back_to_pageable(Plan& p) {
+  if (p.device.is_cuda() || !pipeline::check_options(p.pipeline, /*device_is_cuda=*/false)) return;
+  std::string what;
+  if (p.pipeline.mode) {
+    what = std::string("pipeline.mode = \"") + pipeline::preset_of(*p.pipeline.mode).name + "\"";
+  } else {
+    for (const auto& [flag, on] : {std::pair<const char*, bool>{"pin_memory", p.pipeline.pin_memory},
+                                   {"non_blocking", p.pipeline.non_blocking}, {"dual_stream", p.pipeline.dual_stream}}) {
+      if (on) what += (what.empty() ? "pipeline." : ", pipeline.") + std::string(flag) + " = true";
+    }
+  }
+  const std::string key = p.pipeline.mode ? "pipeline.mode" : pipeline::check_options(p.pipeline, false).key;
+  if (p.dist_env.rank == 0) {
+    log::warn(location_of(p, key) + ": " + what + " needs a CUDA device (device is cpu): running mode pageable");
+  }
+  pipeline::apply_preset(pipeline::preset_of(pipeline::Mode::kPageable), p.pipeline);
+}
+
+// pinfeed eval on the CPU: the forward pass in fp32 (autocast is CUDA's here), eagerly.
+void eval_on_the_cpu(Plan& p) {
+  if (p.device.is_cuda()) return;
+  if (autocast_dtype(p.step.precision) && p.dist_env.rank == 0) {
+    log::info(location_of(p, "train.precision") + ": train.precision = " + precision_text(p) +
+              " is CUDA's: evaluating in fp32 on the CPU");
+  }
+  if (autocast_dtype(p.step.precision)) p.step.precision = Precision::kFp32;
+  p.step.cuda_graph = false;
+}
+
 }  // namespace
 
 bool may_decode_on_gpu(const Config& c) {
   return c.dataset.decoder == Decoder::kNvjpeg || (c.dataset.decoder == Decoder::kAuto && c.train.device != "cpu");
 }
 
-Plan resolve_plan(const Config& c, const DistEnv& dist) {
+Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   Plan p;
   static_cast<Config&>(p) = c;
   p.dist_env = dist;
   p.device = resolve_device(c, dist);
   resolve_step_switches(p);
   resolve_transfer_mode(p);
-  if (const Problem problem = device_problem(p); !problem.message.empty()) {
+  fall_back_to_pageable(p);
+  if (use == PlanUse::kEval) eval_on_the_cpu(p);
+  if (const Problem problem = device_problem(p, use); !problem.message.empty()) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
   // The device's current stream, named by its index: the same whether or not the device is the current one yet
@@ -351,7 +385,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist) {
     p.feeder.input_dtype = at::kHalf;
     p.feeder.input_channels = 4;
   }
-  check_resources(p);
+  check_resources(p, use);
 
   if (c.schedule.reference_batch > 0) {
     p.schedule.batch_scale = static_cast<double>(train.batch_size) * dist.world / c.schedule.reference_batch;

@@ -21,7 +21,9 @@ namespace pinfeed::app {
 // and the feeder's shape, checked together against this machine. The Config part holds the keys as they were
 // written (to_toml(plan) writes them back; location_of(plan, key) names where): resolve_plan writes only fields
 // no key writes, but for pipeline.transfer_dtype under the GPU decoder or data.auto_augment (uint8) and the three
-// transfer flags under pipeline.mode = "auto" on CUDA (dual_stream's). Resolving changes no process state: start.h sets what a plan asks of the process.
+// transfer flags under pipeline.mode = "auto" on CUDA (dual_stream's), the transfer flags that need CUDA on the CPU
+// (pageable's), and under PlanUse::kEval train.precision on the CPU (fp32). Resolving changes no process state:
+// start.h sets what a plan asks of the process.
 struct Plan : Config {
   c10::Device device{c10::kCPU};
   std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on; nullopt on the CPU
@@ -31,9 +33,16 @@ struct Plan : Config {
   DistEnv dist_env;  // this process's place (world 1 without a launcher)
 };
 
+// What the plan is for. Evaluating (pinfeed eval) runs the model forward only: what only a training step needs
+// is neither refused nor checked there (train.precision's autocast and train.cuda_graph on the CPU become fp32 and
+// eager, one line says so; a training step's memory is not estimated).
+enum class PlanUse { kTrain, kEval };
+
 // Resolves and checks; throws ConfigError naming the key (file:line:col) at fault. `dist` is where this
-// process sits (dist_env_from_environment()); the default is a single process.
-Plan resolve_plan(const Config& config, const DistEnv& dist = {});
+// process sits (dist_env_from_environment()); the default is a single process. On the CPU the transfer flags that
+// need CUDA (a preset's or written ones) fall back to mode pageable with one warning, as a pinned ring over its
+// budget does: there is no transfer to overlap.
+Plan resolve_plan(const Config& config, const DistEnv& dist = {}, PlanUse use = PlanUse::kTrain);
 // The same plan in another transfer mode, checked again for its device.
 Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset);
 // Whether the GPU may decode JPEGs under this config, before the device is resolved: what resolve_plan's answer

@@ -23,15 +23,17 @@ std::vector<std::string> overrides_of(const StartArgs& a) {
 
 void add_device_options(CLI::App& command, StartArgs& args) {
   // Checked as their keys are (with their "did you mean"), not here.
-  command.add_option("--device", args.device, "auto | cpu | cuda | cuda:N (same as train.device=...)");
-  command.add_option("--decoder", args.decoder, "cpu | nvjpeg | auto (same as data.decoder=...)");
+  command.add_option("--device", args.device,
+                     "auto | cpu | cuda | cuda:N (same as train.device=...; default: the config's, whose own is auto)");
+  command.add_option("--decoder", args.decoder,
+                     "cpu | nvjpeg | auto (same as data.decoder=...; default: the config's, whose own is auto)");
 }
 
-Plan start(const StartArgs& args) {
+Plan start(const StartArgs& args, PlanUse use) {
   install_signal_handlers();
   const Config config = load_config(args.config, overrides_of(args));
   set_cuda_environment(config);  // resolve_plan's device checks initialise CUDA
-  const Plan plan = resolve_plan(config, dist_env_from_environment());
+  const Plan plan = resolve_plan(config, dist_env_from_environment(), use);
   use_plan_device(plan);
   return plan;
 }

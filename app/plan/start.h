@@ -28,8 +28,8 @@ struct StartArgs {
 void add_device_options(CLI::App& command, StartArgs& args);
 
 // Ctrl-C handling (signals.h), the config read with its overrides, set_cuda_environment, this process's place
-// among the ranks, the plan resolved for it, use_plan_device. Throws ConfigError.
-Plan start(const StartArgs& args);
+// among the ranks, the plan resolved for it (for `use`), use_plan_device. Throws ConfigError.
+Plan start(const StartArgs& args, PlanUse use = PlanUse::kTrain);
 
 // What a run sets in the process, kept out of resolve_plan so that resolving a plan only reads and checks (tests
 // resolve many plans in one process). start() calls both, in this order around resolve_plan.

@@ -19,17 +19,29 @@ std::atomic<bool> g_started{false};
 // calls (unlink, _exit), no allocation.
 char g_partial_path[4096];
 std::atomic<bool> g_partial_armed{false};
+std::atomic<bool> g_stderr_tty{false};  // a progress line may be open there: the line below starts a new one
+
+// One line on stderr with write(2), the one way to print that is async-signal-safe.
+void say(const char* line) {
+  if (g_stderr_tty.load()) (void)!::write(STDERR_FILENO, "\n", 1);
+  (void)!::write(STDERR_FILENO, line, std::strlen(line));
+}
 
 extern "C" void on_stop_signal(int) {
-  if (g_started.load() && g_signal_stop.request_first()) return;  // the first, in training: stop after the step
+  const bool started = g_started.load();
+  if (started && g_signal_stop.request_first()) return;  // the first, in training: stop after the step
   // Start-up, or a second signal: stop now. A write being made is cut short; its temp file goes with it.
   if (g_partial_armed.load()) ::unlink(g_partial_path);
+  say(started ? "warning: stopped at once by a second signal: nothing was saved (a checkpoint written before is "
+                "kept)\n"
+              : "warning: interrupted during start-up: nothing was saved\n");
   ::_exit(kExitInterrupted);
 }
 
 }  // namespace
 
 void install_signal_handlers() {
+  g_stderr_tty = ::isatty(STDERR_FILENO) == 1;
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);

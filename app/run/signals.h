@@ -1,6 +1,6 @@
 // Ctrl-C and SIGTERM. During start-up (scan, model, checkpoint read: nothing worth saving yet) the first ends
 // the process at once with exit code 130. Once training has started (training_started()), the first asks the
-// loops to finish their step, save and stop; a second stops at once. Stopping at once removes the temp file of
+// loops to finish their step, save and stop; a second stops at once. Stopping at once says so in one line. Stopping at once removes the temp file of
 // a write_file_atomic in progress, so an interrupted checkpoint save leaves the previous last.pt and no
 // last.pt.tmp behind.
 #pragma once

@@ -2,6 +2,7 @@
 #include "app/train/epoch_report.h"
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -148,6 +149,34 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
                                         : fmt_ms(100 * ranks.idle_min) + "-" + fmt_ms(100 * ranks.idle_max) + "%");
   }
   log::info(line.str());
+}
+
+void report_end(const RunOutputs& out, const Plan& plan, const std::string& run_dir, const EpochResult& last,
+                double seconds, bool resumed) {
+  std::string line = "final: epoch " + std::to_string(last.epoch) + "/" + std::to_string(plan.schedule.epochs);
+  if (plan.train.eval) {
+    line += " val_top1 " + percent(last.val_top1) + " val_top5 " + percent(last.val_top5);
+    if (plan.step.ema.enabled) line += " ema_val_top1 " + percent(last.ema_val_top1);
+  }
+  line += " train_loss " + fixed(last.train_loss, 4);
+  // The best epoch is the last row that best.pt was written for.
+  nlohmann::json best;
+  std::ifstream rows(out.path("metrics.jsonl"));
+  for (std::string text; std::getline(rows, text);) {
+    const auto row = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (row.is_object() && row.value("best_weights", nlohmann::json()).is_string()) best = row;
+  }
+  if (best.is_object()) {
+    const bool ema = best["best_weights"] == "ema";
+    const nlohmann::json top1 = best[ema ? "ema_val_top1" : "val_top1"];
+    line += " | best: epoch " + best["epoch"].dump() + ", val_top1 " +
+            percent(top1.is_number() ? top1.get<double>() : NAN) + " (" + (ema ? "the EMA's" : "the raw") +
+            " weights) in " + out.path("best.pt");
+  } else {
+    line += plan.train.eval ? " | no best.pt (no whole evaluation)" : " | not evaluated (train.eval = false), no best.pt";
+  }
+  line += " | took " + eta_text(seconds) + (resumed ? " since the resume" : "") + " | run " + run_dir;
+  log::info(line);
 }
 
 }  // namespace pinfeed::app

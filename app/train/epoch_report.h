@@ -48,6 +48,12 @@ void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& 
 std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& p, int64_t steps_per_epoch,
                           double rate, double loss);
 
+// Rank 0, after the last epoch: one `final:` line (stderr and run.log) with the last epoch's figures, the best
+// epoch and best.pt (from metrics.jsonl, so an earlier start of a resumed run counts too), the run folder and how
+// long this start took (`resumed`: since the resume).
+void report_end(const RunOutputs& out, const Plan& plan, const std::string& run_dir, const EpochResult& last,
+                double seconds, bool resumed);
+
 // Rank 0: the epoch's row of epochs.jsonl and its log line.
 void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& feed, const EpochResult& er,
                   const EpochProgress& p, const RankSpread& ranks);

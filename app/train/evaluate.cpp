@@ -14,12 +14,14 @@ BestWeights best_weights(const EvalResult& raw, const EvalResult& ema, int64_t s
 }
 
 EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist, const StopRequest* stop,
-                    bool ema) {
+                    bool ema, const EvalProgress& on_batch) {
   runner.model()->eval();
   at::Tensor sums = at::zeros({4}, at::TensorOptions().device(runner.device()).dtype(at::kDouble));
   source.start_epoch(0);
+  int64_t batches = 0, samples = 0;
   while (auto b = source.next()) {
     runner.eval_step(b->images, b->labels, sums, ema);
+    if (on_batch) on_batch(++batches, samples += b->size);
     if (stop && stop->requested()) break;
   }
   runner.model()->train();

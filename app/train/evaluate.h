@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "app/dist/distributed.h"
@@ -29,7 +30,9 @@ struct BestWeights {
 };
 BestWeights best_weights(const EvalResult& raw, const EvalResult& ema, int64_t samples, double best_so_far);
 
+// on_batch (may be empty): after each batch, this rank's batches and samples so far (pinfeed eval's progress line).
+using EvalProgress = std::function<void(int64_t batches, int64_t samples)>;
 EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist = nullptr,
-                    const StopRequest* stop = nullptr, bool ema = false);
+                    const StopRequest* stop = nullptr, bool ema = false, const EvalProgress& on_batch = {});
 
 }  // namespace pinfeed::app

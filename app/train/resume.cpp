@@ -170,4 +170,38 @@ std::string resume_path(const std::string& run_dir, const std::string& run_name,
   return resume;
 }
 
+std::string run_config_of(const std::string& checkpoint) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(checkpoint).parent_path().empty() ? fs::path(".") : fs::path(checkpoint).parent_path();
+  fs::path config = dir / "config.toml";
+  std::error_code ec;
+  for (int n = 1; fs::exists(dir / ("config.resume-" + std::to_string(n) + ".toml"), ec); ++n) {
+    config = dir / ("config.resume-" + std::to_string(n) + ".toml");
+  }
+  if (!fs::is_regular_file(config, ec)) {
+    throw ConfigError("train --resume " + checkpoint + ": " + dir.string() + " holds no config.toml of a pinfeed run; " +
+                      "give the config with -c CONFIG");
+  }
+  log::info("config: " + config.string() + ", the run's latest (-c CONFIG takes another)");
+  return config.string();
+}
+
+void warn_if_other_data(const Checkpoint& ck, const std::string& path, const Config& run) {
+  if (ck.config.empty()) return;
+  std::string trained_on;
+  try {
+    trained_on = parse_config_string(ck.config, path + " (its recorded config)").dataset.root;
+  } catch (const ConfigError&) {
+    return;  // an older pinfeed's keys: nothing to compare
+  }
+  const auto absolute = [](const std::string& p) {
+    std::error_code ec;
+    const auto a = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+    return ec ? p : a.string();
+  };
+  if (absolute(trained_on) == absolute(run.dataset.root)) return;
+  log::warn(location_of(run, "data.root") + ": data.root = \"" + run.dataset.root + "\", but " + path +
+            " was trained on \"" + trained_on + "\": resuming on the former");
+}
+
 }  // namespace pinfeed::app

@@ -41,5 +41,11 @@ void init_weights_from(StepRunner& runner, const std::string& path);
 // "last" -> the newest run under run_dir (run.dir) started with run_name (run.name) exactly that holds a last.pt;
 // anything else is a path, whose folder must be a pinfeed run folder (is_run_folder). Throws ConfigError.
 std::string resume_path(const std::string& run_dir, const std::string& run_name, const std::string& resume);
+// `pinfeed train --resume PATH` without --config: the config the run's latest start wrote beside PATH
+// (config.resume-N.toml with the highest N, else config.toml). Throws ConfigError when there is none.
+std::string run_config_of(const std::string& checkpoint);
+// One warning when the run resumes on another data.root than the checkpoint's recorded config names (both as
+// written, made absolute from here): the sample counts may match while the images differ.
+void warn_if_other_data(const Checkpoint& checkpoint, const std::string& path, const Config& run);
 
 }  // namespace pinfeed::app

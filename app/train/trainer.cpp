@@ -174,6 +174,10 @@ class Training {
         return;
       }
     }
+    if (out && !result.epochs.empty()) {
+      report_end(*out, plan_, result.run_dir, result.epochs.back(), seconds_since(started_),
+                 start_epoch > 0 || start_step > 0);
+    }
   }
 
   void list_bad_images_found(RunOutputs& out) noexcept { bad_images_.list_found(out); }
@@ -330,6 +334,7 @@ class Training {
     return p;
   }
 
+  const Clock::time_point started_ = Clock::now();
   const Plan& plan_;
   Distributed& dist_;
   StopRequest& stop_;
@@ -375,6 +380,7 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
         checkpoint_path = resume_path(plan.run.dir, plan.run.name, args.resume);  // refuses a folder pinfeed did not write
         lock.emplace(own_run_folder(run_dir_of(checkpoint_path), plan.run.dir));
         checkpoint = load_checkpoint(checkpoint_path);
+        warn_if_other_data(*checkpoint, checkpoint_path, plan);
       }
       std::tie(start_epoch, start_step) = training.resume(checkpoint);
       result.run_dir = dist.share("run_dir", run_dir_of(checkpoint_path));
