@@ -6,6 +6,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "app/run/signals.h"
 #include "test_util.h"
@@ -48,6 +49,17 @@ TEST(Signals, ASecondSignalRemovesTheTempFileOfAWriteAndSaysNothingWasSaved) {
       },
       ::testing::ExitedWithCode(130), "stopped at once by a second signal: nothing was saved");
   EXPECT_FALSE(std::filesystem::exists(tmp));
+}
+
+TEST(Signals, AStopThatNeverCompletesEndsTheProcessAfterTheDeadline) {
+  EXPECT_EXIT(
+      {
+        install_signal_handlers();
+        training_started(std::chrono::milliseconds(200));
+        std::raise(SIGTERM);
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a teardown that waits forever
+      },
+      ::testing::ExitedWithCode(130), "still running after the stop was asked for");
 }
 
 }  // namespace

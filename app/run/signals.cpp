@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "app/config/exit_codes.h"
 
@@ -27,9 +28,14 @@ void say(const char* line) {
   (void)!::write(STDERR_FILENO, line, std::strlen(line));
 }
 
+std::atomic<bool> g_signalled{false};  // a signal asked to stop (not the program itself): the deadline runs
+
 extern "C" void on_stop_signal(int) {
   const bool started = g_started.load();
-  if (started && g_signal_stop.request_first()) return;  // the first, in training: stop after the step
+  if (started && g_signal_stop.request_first()) {  // the first, in training: stop after the step
+    g_signalled = true;
+    return;
+  }
   // Start-up, or a second signal: stop now. A write being made is cut short; its temp file goes with it.
   if (g_partial_armed.load()) ::unlink(g_partial_path);
   say(started ? "warning: stopped at once by a second signal: nothing was saved (a checkpoint written before is "
@@ -51,7 +57,18 @@ void install_signal_handlers() {
 
 StopRequest& signal_stop() { return g_signal_stop; }
 
-void training_started() { g_started = true; }
+void training_started(std::chrono::milliseconds stop_deadline) {
+  if (g_started.exchange(true)) return;
+  // A stop that never completes (a GPU fault left the teardown waiting on the device, a file that never returns
+  // past the loaders' grace) still ends the process: one line, exit 130, what was written before is kept.
+  std::thread([stop_deadline] {
+    while (!g_signalled.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(stop_deadline);
+    say("error: still running after the stop was asked for (a stuck device or file): stopped at once; a "
+        "checkpoint written before is kept\n");
+    ::_exit(kExitInterrupted);
+  }).detach();
+}
 
 RemoveOnSignal::RemoveOnSignal(const std::string& path) {
   if (path.size() >= sizeof g_partial_path) return;  // too long to keep: only the start-up clean-up removes it

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -33,8 +34,10 @@ static_assert(std::atomic<bool>::is_always_lock_free, "a signal handler may only
 void install_signal_handlers();
 // The request Ctrl-C and SIGTERM make once training has started: the one main hands `train` and `bench`.
 StopRequest& signal_stop();
-// From here on the first signal is a request to stop (signal_stop()), no longer an immediate exit.
-void training_started();
+// From here on the first signal is a request to stop (signal_stop()), no longer an immediate exit; if the process
+// is still running `stop_deadline` after that request, it exits at once (130), saying so in one line.
+constexpr std::chrono::milliseconds kStopDeadline{60'000};
+void training_started(std::chrono::milliseconds stop_deadline = kStopDeadline);
 
 // While alive, stopping at once on a signal removes `path` first (one at a time: the atomic writes of the
 // training thread).

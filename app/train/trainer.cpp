@@ -145,7 +145,12 @@ class Training {
       }
       runner_.average_buffers();  // each rank's BN statistics saw only its shard
       check_finite(epoch, p.step);
-      EpochResult er{epoch + 1, train_loss(), NAN, NAN, NAN, p.timing.samples_per_s, 0, sets_.train->side(epoch)};
+      EpochResult er;
+      er.epoch = epoch + 1;
+      er.train_loss = train_loss();
+      er.val_loss = er.val_top1 = er.val_top5 = NAN;
+      er.samples_per_s = p.timing.samples_per_s;
+      er.image_size = sets_.train->side(epoch);
       bool best = false;  // a whole evaluation (not one a stop cut short) with a higher top-1 than any before
       if (val_feed_) {
         const auto eval_t0 = Clock::now();
