@@ -98,7 +98,7 @@ for seed in "${seeds[@]}"; do
 done
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
-note="${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${EXTRA:+ with $EXTRA}${*:+ $*}; data $(basename "$data") ($n_train train, $n_val val images, $n_classes classes); Python: reference_train.py --loader $loader --workers $workers${compile_flag:+ --compile} (compile cache $cache_mode), torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/time_to_accuracy.sh, $(($(date +%s) - start)) s for all runs."
+note="${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${EXTRA:+ with $EXTRA}${*:+ $*}; data $(basename "$data") ($n_train train, $n_val val images, $n_classes classes); Python: reference_train.py --loader $loader --workers $workers${compile_flag:+ --compile (compile cache $cache_mode)}, torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/time_to_accuracy.sh, $(($(date +%s) - start)) s for all runs."
 "$python" "$repo/scripts/tta_table.py" --pinfeed "${pinfeed_files[@]}" --python "${python_files[@]}" \
   --seeds "${seeds[@]}" --md "$out/tta.md" --json "$out/tta.json" --note "$note"
 log "table in $out/tta.md and $out/tta.json"
