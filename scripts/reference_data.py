@@ -85,6 +85,7 @@ class DataLoaderData:
             val_tf = transforms.Compose([transforms.Resize(math.floor(size / d["val_resize_ratio"])),
                                          transforms.CenterCrop(size)] + self.to_tensor)
             self.val_set = torchvision.datasets.ImageFolder(os.path.join(root, d["val_split"]), val_tf)
+            self.val_classes = self.val_set.classes
             self.val_loader = torch.utils.data.DataLoader(self.val_set, shuffle=False, drop_last=False,
                                                           **self.loader_kw)
         self.steps_per_epoch = self.train_size // t["batch_size"]
@@ -109,9 +110,9 @@ class DataLoaderData:
             self.loaders[side] = self.torch.utils.data.DataLoader(dataset, shuffle=True, drop_last=True,
                                                                   generator=self.generator, **self.loader_kw)
         for step, (x, y) in enumerate(self.loaders[side]):
-            if step == steps:
-                break
             yield self.prepare(x.to(self.device, non_blocking=True)), y.to(self.device, non_blocking=True)
+            if step + 1 == steps:
+                break
 
     def val(self):
         for x, y in self.val_loader:
@@ -154,6 +155,7 @@ class DaliData:
         self.pipes = {}  # side -> (pipeline, iterator)
         self.val_pipe = self.val_iter = None
         if t["eval"]:
+            self.val_classes = sorted(e.name for e in os.scandir(self.val_root) if e.is_dir())
             size = d["val_image_size"] or d["image_size"]
             self.val_pipe, self.val_iter = self.build(self.val_pipeline, size, math.floor(size / d["val_resize_ratio"]),
                                                       policy="PARTIAL")
@@ -207,12 +209,12 @@ class DaliData:
 
     def batches(self, iterator, steps=None):
         for step, out in enumerate(iterator):
-            if step == steps:
-                break
             x, y = out[0]["data"], out[0]["label"].squeeze(-1).long()
             if self.channels_last:
                 x = x.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: a channels_last tensor, no copy
             yield x, y
+            if step + 1 == steps:  # before the next batch is taken: none is drawn and lost
+                break
 
     def train(self, epoch, steps):
         d, epochs = self.cfg["data"], self.cfg["train"]["epochs"]
@@ -223,8 +225,17 @@ class DaliData:
         if side not in self.pipes:
             self.pipes[side] = self.build(self.train_pipeline, side)
         iterator = self.pipes[side][1]
-        # train.max_steps_per_epoch: the next epoch goes on in the reader's (DALI resets only at an epoch's end)
-        yield from self.batches(iterator, steps)
+        # A whole epoch runs the iterator to its end (where it resets itself). Fewer steps (train.max_steps_per_epoch)
+        # leave it inside its epoch: the next epoch goes on from there and into its next one (DALI resets only at an
+        # epoch's end).
+        got = empty = 0
+        while got < steps and empty < 2:
+            left = steps - got
+            n = 0
+            for batch in self.batches(iterator, left if left < self.steps_per_epoch else None):
+                n += 1
+                yield batch
+            got, empty = got + n, (empty + 1 if n == 0 else 0)
 
     def val(self):
         yield from self.batches(self.val_iter)

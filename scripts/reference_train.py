@@ -151,7 +151,7 @@ def train(cfg, args):
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     num_classes = m["num_classes"] or len(data.classes)
-    if t["eval"] and args.loader == "dataloader" and data.val_set.classes != data.classes:
+    if t["eval"] and data.val_classes != data.classes:
         print("error: the val split's class folders differ from the train split's", file=sys.stderr)
         return 3
     steps_per_epoch = data.steps_per_epoch

@@ -9,7 +9,9 @@
 - scripts/reference_train.py trains at pinfeed's side each epoch (reference_config.side_of_epoch): against the
   image_size of pinfeed's metrics.jsonl for a ramp whose middle sides round half to even and for a list whose last
   side holds, and against FFCV's 16- and 88-epoch ramps as tests/test_side_schedule.cpp pins them; the schedule
-  keys resolve to what pinfeed writes into its run folder's config.toml.
+  keys resolve to what pinfeed writes into its run folder's config.toml;
+- reference_train.py --loader dali without DALI importable: exit 3 and one line naming the package (skipped
+  where DALI is there).
 
 Usage: check_time_to_accuracy.py PINFEED_EXE REPO_ROOT. Exits 77 (ctest: skipped) without tomllib.
 """
@@ -190,6 +192,21 @@ def check_sides(exe, repo, tmp):
         fail(f"the list case trained at {got}")
 
 
+def check_missing_dali(repo, tmp):
+    try:
+        import nvidia.dali  # noqa: F401
+        print("DALI is importable: the message without it is not checked")
+        return
+    except ImportError:
+        pass
+    r = subprocess.run([sys.executable, str(repo / "scripts" / "reference_train.py"), "--config",
+                        str(repo / "configs" / "resnet50_ffcv16.toml"), f'data.root="{tmp / "data"}"',
+                        "train.device=cpu", "train.precision=fp32", "--loader", "dali", "--out", str(tmp / "d.jsonl")],
+                       capture_output=True, text=True)
+    if r.returncode != 3 or "nvidia-dali-cuda130" not in r.stderr:
+        fail(f"--loader dali without DALI: exit {r.returncode}, stderr {r.stderr!r}")
+
+
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
     try:
@@ -202,6 +219,7 @@ def main():
         check_table(repo, tmp)
         check_timed_run(repo, tmp)
         check_sides(exe, repo, tmp)
+        check_missing_dali(repo, tmp)
     print("OK")
     return 0
 
