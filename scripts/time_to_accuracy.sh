@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Time to accuracy (docs/accuracy-parity.md): one recipe, CONFIG, trained by `pinfeed train` and by the Python stack
+# (scripts/reference_train.py: torchvision's ResNet-50 with torch.compile, channels_last, AMP as the config says, the
+# DataLoader or DALI) on the same data with the same seeds, the two sides alternating seed by seed; each run under
+# scripts/timed_run.py, which stamps every epoch's line with the seconds since the process's launch; then
+# scripts/tta_table.py: wall time to the Python side's mean final top-1, the speed-up, the top-1 gap.
+#   usage: scripts/time_to_accuracy.sh OUT_DIR [section.key=value ...]    (overrides go to both sides)
+#   CONFIG       default configs/resnet50_ffcv16.toml
+#   SEEDS        default "0 1 2 3"
+#   PINFEED_BIN  pinfeed executable (default: build/app/pinfeed, built by setup.sh if missing)
+#   PYTHON       Python with torch and torchvision (default: the venv scripts/setup.sh names in build/.venv_path,
+#                else python3)
+#   LOADER       the Python side's loader: dataloader (default) | dali
+#   COMPILE      1 (default): torch.compile; 0: eager
+#   COMPILE_CACHE cold (default: each Python run compiles into a fresh Inductor/Triton cache, as a first run does) |
+#                warm (the caches of earlier runs reused)
+#   PY_WORKERS   the Python side's DataLoader workers or DALI threads (default: cores - 1)
+#   EXTRA        more section.key=value overrides for both sides (e.g. "train.device=cpu data.image_size_min=32")
+#   DATA         ImageFolder with train/ and val/ (default: generated once under ~/.cache/pinfeed/datasets:
+#                TTA_CLASSES x (TTA_TRAIN + TTA_VAL) photo-like JPEGs of TTA_SIZE, default 100 x (500 + 50), 500x375)
+# OUT_DIR gets each run's log, pinfeed's run folders, every run's stamped JSON lines (pinfeed-seedN.jsonl,
+# python-seedN.jsonl), tta.md and tta.json.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+usage="usage: scripts/time_to_accuracy.sh OUT_DIR [section.key=value ...]"
+out=${1:?$usage}
+shift
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
+[ -x "$bin" ] || "$repo/scripts/setup.sh"
+[ -x "$bin" ] || { echo "error: $bin is not an executable" >&2; exit 2; }
+python=${PYTHON:-}
+if [ -z "$python" ] && [ -f "$repo/build/.venv_path" ]; then python="$(cat "$repo/build/.venv_path")/bin/python"; fi
+python=${python:-python3}
+config=${CONFIG:-$repo/configs/resnet50_ffcv16.toml}
+read -r -a seeds <<<"${SEEDS:-0 1 2 3}"
+loader=${LOADER:-dataloader}
+compile=${COMPILE:-1}
+cache_mode=${COMPILE_CACHE:-cold}
+workers=${PY_WORKERS:-$(($(nproc) > 1 ? $(nproc) - 1 : 1))}
+read -r -a extra <<<"${EXTRA:-}"
+classes=${TTA_CLASSES:-100} train_n=${TTA_TRAIN:-500} val_n=${TTA_VAL:-50} size=${TTA_SIZE:-500x375}
+cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
+data=${DATA:-$cache/datasets/tta-c$classes-t$train_n-v$val_n-$size-photo}
+log() { echo "[tta $(date +%H:%M:%S)] $*" >&2; }
+case $loader in dataloader | dali) ;; *) echo "error: LOADER must be dataloader or dali, got '$loader'" >&2; exit 2 ;; esac
+case $cache_mode in cold | warm) ;; *) echo "error: COMPILE_CACHE must be cold or warm, got '$cache_mode'" >&2; exit 2 ;; esac
+"$python" -c 'import torch, torchvision' || { echo "error: $python cannot import torch and torchvision" >&2; exit 2; }
+
+if [ -z "${DATA:-}" ] && [ ! -f "$data/.complete" ]; then
+  log "generating $classes classes x ($train_n train + $val_n val) photo-like $size JPEGs in $data"
+  rm -rf "$data"
+  "$bin" gen-data --out "$data" --classes "$classes" --train-per-class "$train_n" --val-per-class "$val_n" \
+    --size "$size" --photo --quality 90 --seed 12 >/dev/null
+  touch "$data/.complete"
+fi
+n_classes=$(find "$data/train" -mindepth 1 -maxdepth 1 -type d | wc -l)
+n_val=$(find "$data/val" -type f | wc -l)
+n_train=$(find "$data/train" -type f | wc -l)
+if [ "$n_classes" -lt 100 ] || [ "$n_val" -lt 5000 ] || [ "${#seeds[@]}" -lt 4 ]; then
+  log "note: $n_classes classes, $n_val val images, ${#seeds[@]} seed(s): a smoke run, below what the comparison asks (>= 100, >= 5,000, >= 4)"
+fi
+# Every file read once before the first run: no run pays the disk that the next one finds in the page cache.
+find "$data" -type f -name '*.*' -print0 | xargs -0 cat >/dev/null
+
+overrides=("data.root=\"$data\"" "${extra[@]}" "$@")
+compile_flag=()
+[ "$compile" = 1 ] && compile_flag=(--compile)
+start=$(date +%s)
+pinfeed_files=() python_files=()
+for seed in "${seeds[@]}"; do
+  run_dir=$out/pinfeed-seed$seed
+  rm -rf "$run_dir"
+  log "pinfeed, seed $seed"
+  "$python" "$repo/scripts/timed_run.py" --metrics "$run_dir/*/metrics.jsonl" --out "$out/pinfeed-seed$seed.jsonl" -- \
+    "$bin" train --config "$config" "${overrides[@]}" "train.seed=$seed" "run.dir=\"$run_dir\"" \
+    "run.name=\"tta-seed$seed\"" >"$out/pinfeed-seed$seed.log" 2>&1 ||
+    { echo "error: pinfeed, seed $seed failed: see $out/pinfeed-seed$seed.log" >&2; tail -5 "$out/pinfeed-seed$seed.log" >&2; exit 1; }
+  tail -1 "$out/pinfeed-seed$seed.log" >&2
+  pinfeed_files+=("$out/pinfeed-seed$seed.jsonl")
+
+  raw=$out/python-seed$seed.metrics.jsonl
+  rm -f "$raw"  # timed_run.py follows the file from its first line: no earlier run's lines
+  caches=()
+  if [ "$cache_mode" = cold ]; then
+    rm -rf "$out/compile-cache-seed$seed"
+    caches=("TORCHINDUCTOR_CACHE_DIR=$out/compile-cache-seed$seed/inductor" "TRITON_CACHE_DIR=$out/compile-cache-seed$seed/triton")
+  fi
+  log "Python ($loader${compile_flag:+, torch.compile}), seed $seed"
+  env "${caches[@]}" PYTHONUNBUFFERED=1 "$python" "$repo/scripts/timed_run.py" --metrics "$raw" \
+    --out "$out/python-seed$seed.jsonl" -- "$python" "$repo/scripts/reference_train.py" --config "$config" \
+    "${overrides[@]}" "train.seed=$seed" --out "$raw" --loader "$loader" --workers "$workers" "${compile_flag[@]}" \
+    >"$out/python-seed$seed.log" 2>&1 ||
+    { echo "error: Python, seed $seed failed: see $out/python-seed$seed.log" >&2; tail -5 "$out/python-seed$seed.log" >&2; exit 1; }
+  tail -1 "$out/python-seed$seed.log" >&2
+  python_files+=("$out/python-seed$seed.jsonl")
+done
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
+note="${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${EXTRA:+ with $EXTRA}${*:+ $*}; data $(basename "$data") ($n_train train, $n_val val images, $n_classes classes); Python: reference_train.py --loader $loader --workers $workers${compile_flag:+ --compile (compile cache $cache_mode)}, torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/time_to_accuracy.sh, $(($(date +%s) - start)) s for all runs."
+"$python" "$repo/scripts/tta_table.py" --pinfeed "${pinfeed_files[@]}" --python "${python_files[@]}" \
+  --seeds "${seeds[@]}" --md "$out/tta.md" --json "$out/tta.json" --note "$note"
+log "table in $out/tta.md and $out/tta.json"

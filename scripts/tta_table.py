@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Time to accuracy: how soon pinfeed reaches the Python stack's final top-1, seed by seed, from per-epoch files.
+
+    tta_table.py --pinfeed p0.jsonl p1.jsonl ... --python r0.jsonl r1.jsonl ... [--seeds 0 1 ...]
+                 [--md tta.md] [--json tta.json] [--tolerance POINTS] [--note TEXT]
+
+Each file: one run's JSON lines, one per epoch, with val_top1 (a fraction) and a wall clock, the first of
+- launch_s: seconds from the process's launch to the line (scripts/timed_run.py stamps it, the same way for both),
+- wall_s: the trainer's own seconds from its start (reference_train.py writes it),
+- the running sum of epoch_s (start-up and checkpoint saves left out: labelled so in the table).
+The files pair up by position (the i-th of each side is seed i).
+
+- target = the Python side's mean final top-1 (its last epoch's) - --tolerance points (default 0);
+- a run's time to the target = the wall clock of its first epoch whose top-1 >= target (nothing interpolated);
+  "not reached" when no epoch gets there;
+- the Python side's time for the speed-up: its time to the target, or where a run ends below the target its
+  whole run (the time it took to reach its own final top-1, of which the target is the mean);
+- speed-up per seed = that Python time / pinfeed's time to the target; the summary gives the mean +- standard
+  error over seeds of each figure (standard error = sample standard deviation / sqrt(n)) and the ratio of the
+  mean times;
+- the final top-1 gap (pinfeed - Python, points) with the standard error of the difference of the means, and
+  whether it is within 1 point and within that standard error.
+Exit code 2 on unreadable input or unequal numbers of runs; 0 otherwise (the verdicts are in the table).
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+CLOCKS = [("launch_s", "from launch (timed_run.py)"), ("wall_s", "from the trainer's start (its wall_s)"),
+          (None, "sum of epoch_s (start-up excluded)")]
+
+
+class InputError(Exception):
+    pass
+
+
+def read_run(path):
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: {e}") from None
+    rows = [r for r in rows if r.get("val_top1") is not None]
+    if not rows:
+        raise InputError(f"{path}: no epoch with val_top1")
+    for key, label in CLOCKS:
+        if key is None or all(r.get(key) is not None for r in rows):
+            break
+    if key is None:
+        if not all(r.get("epoch_s") is not None for r in rows):
+            raise InputError(f"{path}: an epoch has neither launch_s, wall_s nor epoch_s")
+        total, walls = 0.0, []
+        for r in rows:
+            total += r["epoch_s"]
+            walls.append(total)
+    else:
+        walls = [r[key] for r in rows]
+    return {"path": path, "top1": [r["val_top1"] for r in rows], "wall": walls, "clock": label,
+            "samples_per_s": statistics.median(r["samples_per_s"] for r in rows if r.get("samples_per_s"))
+            if any(r.get("samples_per_s") for r in rows) else None}
+
+
+def time_to(run, target):
+    """Wall clock of the first epoch at or above target, and that epoch (from 1); (None, None) if none is."""
+    for i, top1 in enumerate(run["top1"]):
+        if top1 >= target:
+            return run["wall"][i], i + 1
+    return None, None
+
+
+def mean_se(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    return statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+
+def summarise(pinfeed, python, seeds, tolerance):
+    finals_py = [r["top1"][-1] for r in python]
+    target = statistics.fmean(finals_py) - tolerance / 100
+    rows = []
+    for seed, pf, py in zip(seeds, pinfeed, python):
+        pf_t, pf_epoch = time_to(pf, target)
+        py_t, py_epoch = time_to(py, target)
+        py_ref = py_t if py_t is not None else py["wall"][-1]
+        rows.append({"seed": seed, "pinfeed_top1": pf["top1"][-1], "python_top1": py["top1"][-1],
+                     "pinfeed_s": pf_t, "pinfeed_epoch": pf_epoch, "python_s": py_t, "python_epoch": py_epoch,
+                     "python_ref_s": py_ref, "pinfeed_total_s": pf["wall"][-1], "python_total_s": py["wall"][-1],
+                     "speedup": py_ref / pf_t if pf_t else None,
+                     "pinfeed_samples_per_s": pf["samples_per_s"], "python_samples_per_s": py["samples_per_s"]})
+    summary = {k: dict(zip(("mean", "se"), mean_se([r[k] for r in rows])))
+               for k in ("pinfeed_top1", "python_top1", "pinfeed_s", "python_s", "python_ref_s", "pinfeed_total_s",
+                         "python_total_s", "speedup", "pinfeed_samples_per_s", "python_samples_per_s")}
+    reached = sum(r["pinfeed_s"] is not None for r in rows)
+    gap = summary["pinfeed_top1"]["mean"] - summary["python_top1"]["mean"]
+    ses = [summary[k]["se"] for k in ("pinfeed_top1", "python_top1")]
+    gap_se = math.sqrt(sum(s * s for s in ses)) if None not in ses else None
+    ratio = (summary["python_ref_s"]["mean"] / summary["pinfeed_s"]["mean"]
+             if reached == len(rows) and summary["pinfeed_s"]["mean"] else None)
+    return {"target_top1": target, "tolerance_points": tolerance, "seeds": rows, "summary": summary,
+            "pinfeed_reached": reached, "runs": len(rows), "ratio_of_mean_times": ratio,
+            "top1_gap_points": 100 * gap, "top1_gap_se_points": None if gap_se is None else 100 * gap_se,
+            "gap_within_1_point": abs(100 * gap) <= 1.0,
+            "gap_within_se": None if gap_se is None else abs(gap) <= gap_se,
+            "clock": {"pinfeed": sorted({r["clock"] for r in pinfeed}), "python": sorted({r["clock"] for r in python})}}
+
+
+def pct(v):
+    return "n/a" if v is None else f"{100 * v:.2f}"
+
+
+def secs(v, epoch=None):
+    if v is None:
+        return "not reached"
+    return f"{v:.1f}" + (f" (ep {epoch})" if epoch else "")
+
+
+def times(v):
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
+def pm(s, fmt):
+    if s["mean"] is None:
+        return "n/a"
+    return fmt(s["mean"]) + ("" if s["se"] is None else " ± " + fmt(s["se"]).split(" (")[0].rstrip("x"))
+
+
+def markdown(res, note):
+    s = res["summary"]
+    lines = [f"Target: the Python side's mean final top-1, **{pct(res['target_top1'])}%**"
+             + (f" (minus {res['tolerance_points']:g} points)" if res["tolerance_points"] else "")
+             + f". Clocks: pinfeed {', '.join(res['clock']['pinfeed'])}; Python {', '.join(res['clock']['python'])}.",
+             "",
+             "| seed | pinfeed final top-1 (%) | Python final top-1 (%) | pinfeed to target (s) | Python to target (s) "
+             "| speed-up | pinfeed whole run (s) | Python whole run (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in res["seeds"]:
+        py = secs(r["python_s"], r["python_epoch"]) if r["python_s"] is not None else f"{r['python_ref_s']:.1f} (end, below)"
+        lines.append(f"| {r['seed']} | {pct(r['pinfeed_top1'])} | {pct(r['python_top1'])} | "
+                     f"{secs(r['pinfeed_s'], r['pinfeed_epoch'])} | {py} | {times(r['speedup'])} | "
+                     f"{secs(r['pinfeed_total_s'])} | {secs(r['python_total_s'])} |")
+    lines.append(f"| mean ± s.e. | {pm(s['pinfeed_top1'], pct)} | {pm(s['python_top1'], pct)} | "
+                 f"{pm(s['pinfeed_s'], secs)} | {pm(s['python_ref_s'], secs)} | **{pm(s['speedup'], times)}** | "
+                 f"{pm(s['pinfeed_total_s'], secs)} | {pm(s['python_total_s'], secs)} |")
+    gap_se = res["top1_gap_se_points"]
+    lines += ["",
+              f"- pinfeed reached the target in {res['pinfeed_reached']} of {res['runs']} runs; ratio of the mean "
+              f"times (Python, a run below the target counted at its end / pinfeed): {times(res['ratio_of_mean_times'])}.",
+              f"- Final top-1 gap, pinfeed - Python: {res['top1_gap_points']:+.2f} points"
+              + ("" if gap_se is None else f", standard error {gap_se:.2f}")
+              + f": {'within' if res['gap_within_1_point'] else 'beyond'} 1 point"
+              + ("" if res["gap_within_se"] is None else
+                 f", {'within' if res['gap_within_se'] else 'beyond'} the standard error") + ".",
+              f"- Training samples/s, median over epochs: pinfeed {pm(s['pinfeed_samples_per_s'], lambda v: f'{v:.0f}')}"
+              f", Python {pm(s['python_samples_per_s'], lambda v: f'{v:.0f}')}."]
+    if note:
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pinfeed", nargs="+", required=True, help="pinfeed's per-epoch files, one per seed")
+    p.add_argument("--python", nargs="+", required=True, help="the Python stack's, in the same seed order")
+    p.add_argument("--seeds", nargs="+", help="labels of the pairs (default 0, 1, ...)")
+    p.add_argument("--tolerance", type=float, default=0.0, help="points below the Python mean that count as reached")
+    p.add_argument("--md", help="write the markdown table here (it goes to stdout too)")
+    p.add_argument("--json", help="write every figure here")
+    p.add_argument("--note", default="", help="a line under the table: machine, recipe, data")
+    args = p.parse_args()
+    seeds = args.seeds or [str(i) for i in range(len(args.pinfeed))]
+    if not len(args.pinfeed) == len(args.python) == len(seeds):
+        print(f"error: {len(args.pinfeed)} pinfeed runs, {len(args.python)} Python runs and {len(seeds)} seeds: "
+              "one of each per seed", file=sys.stderr)
+        return 2
+    try:
+        pinfeed = [read_run(f) for f in args.pinfeed]
+        python = [read_run(f) for f in args.python]
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    res = summarise(pinfeed, python, seeds, args.tolerance)
+    md = markdown(res, args.note)
+    print(md, end="")
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res | {"note": args.note, "files": {"pinfeed": args.pinfeed, "python": args.python}}, f,
+                      indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
