@@ -61,8 +61,8 @@ def main():
                         "--val-per-class", "1", "--size", "20x16", "--threads", "1"], check=True,
                        stdout=subprocess.DEVNULL)
         overrides = ["train.device=cpu", "train.precision=fp32", "pipeline.mode=pageable", "data.image_size=16",
-                     "train.batch_size=3", "train.epochs=2", "train.warmup_epochs=1.5", "train.lr=0.2",
-                     "train.min_lr=0.01", "data.workers=1", "train.channels_last=false", "run.name=parity-check",
+                     "train.batch_size=3", "train.epochs=2", "train.warmup_epochs=1.5", "train.lr=0.02",
+                     "train.min_lr=0.001", "data.workers=1", "train.channels_last=false", "run.name=parity-check",
                      "pipeline.warmup_steps=0"]
         config = repo / "configs" / "parity_resnet50.toml"
         run, rows = pinfeed_run(exe, config, data, tmp / "runs", overrides)

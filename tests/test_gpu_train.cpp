@@ -295,7 +295,7 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
     for (int i = 0; i < 6; ++i) whole_losses.push_back(whole.train_step(images[i], labels[i], 0.05).clone());
     StepRunner first(plan.step, 10);
     for (int i = 0; i < 3; ++i) split_losses.push_back(first.train_step(images[i], labels[i], 0.05).clone());
-    const Checkpoint ck = make_checkpoint(first, plan, 0, 3, 3, RunShape{1, 16, 96, 6});
+    const Checkpoint ck = make_checkpoint(first, plan, 0, 3, 3, RunShape{1, 16, 96, 6, {}});
     StepRunner resumed(plan.step, 10);
     restore_checkpoint(resumed, ck);
     for (int i = 3; i < 6; ++i) split_losses.push_back(resumed.train_step(images[i], labels[i], 0.05).clone());
@@ -305,8 +305,8 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
           << precision << " loss of step " << i << ": " << whole_losses[i].item<double>() << " vs "
           << split_losses[i].item<double>();
     }
-    const Checkpoint a = make_checkpoint(whole, plan, 0, 6, 6, RunShape{1, 16, 96, 6});
-    const Checkpoint b = make_checkpoint(resumed, plan, 0, 6, 6, RunShape{1, 16, 96, 6});
+    const Checkpoint a = make_checkpoint(whole, plan, 0, 6, 6, RunShape{1, 16, 96, 6, {}});
+    const Checkpoint b = make_checkpoint(resumed, plan, 0, 6, 6, RunShape{1, 16, 96, 6, {}});
     auto expect_equal = [&](const std::map<std::string, at::Tensor>& x, const std::map<std::string, at::Tensor>& y,
                             const char* what) {
       ASSERT_EQ(x.size(), y.size()) << what;

@@ -28,6 +28,8 @@ inline constexpr Metric kEpochMetrics[] = {
                      "them as `model`); null when it is not"},
     {"samples_per_s", "training samples per second of this rank, warm-up steps excluded, synchronised wall time"},
     {"epoch_s", "wall time of the epoch, evaluation included, s"},
+    {"wall_s", "seconds since the process started, when the epoch's row is written (start-up, graph captures, "
+               "evaluation and checkpoint saves included): time to accuracy"},
     {"eval_s", "part of epoch_s spent evaluating, s"},
     {"capture_s", "train.cuda_graph: part of epoch_s spent capturing a graph for a batch shape new to the run (a new "
                   "side's first full batch, cuDNN's plan search included), s"},

@@ -2,6 +2,7 @@
 #include "app/train/epoch_report.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -86,6 +87,13 @@ std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& 
   return line.str();
 }
 
+namespace {
+const auto kProcessStart = std::chrono::steady_clock::now();  // set as the program loads, before main
+double seconds_since_start() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - kProcessStart).count();
+}
+}  // namespace
+
 void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& feed, const EpochResult& er,
                   const EpochProgress& p, const RankSpread& ranks) {
   const pipeline::EpochTiming& t = p.timing;
@@ -95,7 +103,7 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
              {"ema_val_top1", num_or_null(er.ema_val_top1)}, {"ema_val_top5", num_or_null(er.ema_val_top5)},
              {"best_weights", er.best_weights.empty() ? nlohmann::json() : nlohmann::json(er.best_weights)},
              {"samples_per_s", num_or_null(t.samples_per_s)},
-             {"epoch_s", er.epoch_seconds},
+             {"epoch_s", er.epoch_seconds}, {"wall_s", seconds_since_start()},
              {"eval_s", num_or_null(er.eval_seconds)},
              {"capture_s", num_or_null(p.captured ? p.captured->seconds : NAN)}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
              {"wait_ms_mean", num_or_null(t.wait_ms.mean)}, {"wait_ms_p50", num_or_null(t.wait_ms.p50)},
