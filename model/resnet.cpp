@@ -33,7 +33,7 @@ torch::Tensor bn_add_relu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x
 }  // namespace
 
 BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn, bool fold_grad_add,
-                               GraphBatchNorm bn_graph)
+                               GraphBatchNorm bn_graph, bool blurpool)
     : fused_bn_(fused_bn), fold_grad_add_(fold_grad_add), bn_graph_(bn_graph) {
   const int64_t out_planes = planes * kExpansion;
   conv1 = register_module("conv1", conv(in_planes, planes, 1, 1));
@@ -47,6 +47,11 @@ BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride
         "downsample", torch::nn::Sequential(conv(in_planes, out_planes, 1, stride),
                                             torch::nn::BatchNorm2d(out_planes)));
   }
+  // FFCV's rule: every Conv2d with a stride > 1 and >= 16 input channels (in ResNet-50 not the stem's 3).
+  if (blurpool && stride > 1) {
+    if (planes >= 16) blur_conv2_.emplace();
+    if (downsample && in_planes >= 16) blur_downsample_.emplace();
+  }
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
@@ -59,8 +64,10 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
     out = conv1(x);
   }
   out = bn_add_relu(*bn1, out, {}, true, fused_bn_, bn_graph_);
+  if (blur_conv2_) out = blur_conv2_->forward(out);
   out = bn_add_relu(*bn2, conv2(out), {}, true, fused_bn_, bn_graph_);
   if (downsample) {  // downsample.0 (conv) and downsample.1 (BN), called one by one so that the BN can be fused
+    if (blur_downsample_) identity = blur_downsample_->forward(identity);
     identity = downsample[0]->as<torch::nn::Conv2d>()->forward(identity);
     identity = bn_add_relu(*downsample[1]->as<torch::nn::BatchNorm2d>(), identity, {}, false, fused_bn_, bn_graph_);
   }
@@ -76,7 +83,7 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
 
 ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
     : fused_bn_(options.fused_bn), stem_max_pool_(options.stem_max_pool), fold_grad_add_(options.fold_grad_add),
-      bn_graph_(options.bn_graph) {
+      blurpool_(options.blurpool), bn_graph_(options.bn_graph) {
   conv1 = register_module("conv1", conv(3, 64, 7, 2));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
   layer1 = register_module("layer1", make_layer(64, layers[0], 1));
@@ -90,7 +97,8 @@ ResNetImpl::ResNetImpl(const int64_t (&layers)[4], const ResNetOptions& options)
 torch::nn::Sequential ResNetImpl::make_layer(int64_t planes, int64_t blocks, int64_t stride) {
   torch::nn::Sequential layer;
   for (int64_t i = 0; i < blocks; ++i) {
-    layer->push_back(Bottleneck(in_planes_, planes, i == 0 ? stride : 1, fused_bn_, fold_grad_add_, bn_graph_));
+    layer->push_back(
+        Bottleneck(in_planes_, planes, i == 0 ? stride : 1, fused_bn_, fold_grad_add_, bn_graph_, blurpool_));
     in_planes_ = planes * BottleneckImpl::kExpansion;
   }
   return layer;

@@ -10,8 +10,10 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "model/batch_norm.h"
+#include "model/blur_pool.h"
 
 namespace pinfeed::model {
 
@@ -31,6 +33,9 @@ struct ResNetOptions {
   bool fold_grad_add = false;
   // With fused_bn, which BN + ReLU (+ add) run through the cuDNN frontend's graph API (model.bn_graph).
   GraphBatchNorm bn_graph = GraphBatchNorm::kNone;
+  // FFCV's BlurPool (model/blur_pool.h) before each strided convolution of >= 16 input channels: layer2-4's
+  // block-0 conv2 and downsample.0. In training and evaluation alike; no parameters, so the same state dict.
+  bool blurpool = false;
 };
 
 class BottleneckImpl : public torch::nn::Module {
@@ -38,7 +43,7 @@ class BottleneckImpl : public torch::nn::Module {
   static constexpr int64_t kExpansion = 4;
 
   BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride, bool fused_bn = false, bool fold_grad_add = false,
-                 GraphBatchNorm bn_graph = GraphBatchNorm::kNone);
+                 GraphBatchNorm bn_graph = GraphBatchNorm::kNone, bool blurpool = false);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
@@ -48,6 +53,8 @@ class BottleneckImpl : public torch::nn::Module {
  private:
   bool fused_bn_, fold_grad_add_;
   GraphBatchNorm bn_graph_;
+  // With blurpool and stride 2: the blurs of conv2's input (planes channels) and downsample.0's (in_planes).
+  std::optional<BlurPool> blur_conv2_, blur_downsample_;
 };
 TORCH_MODULE(Bottleneck);
 
@@ -69,7 +76,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::Tensor stem_conv(const torch::Tensor& x);
   void init_weights(bool zero_init_residual);
   int64_t in_planes_ = 64;
-  bool fused_bn_, stem_max_pool_, fold_grad_add_;
+  bool fused_bn_, stem_max_pool_, fold_grad_add_, blurpool_;
   GraphBatchNorm bn_graph_;
 };
 TORCH_MODULE(ResNet);

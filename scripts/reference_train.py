@@ -10,6 +10,9 @@ wherever two trainers could differ:
 
 - model: torchvision.models.resnet50(num_classes, zero_init_residual = model.zero_init_residual); pinfeed's
   initialisation is torchvision's (kaiming-normal fan-out convolutions, BN 1/0, default Linear head).
+  model.blurpool: FFCV's BlurPoolConv2d around each Conv2d of stride > 1 and >= 16 input channels (as
+  ffcv-imagenet's train_imagenet.py); train.eval_flip: validation logits the mean of the image's and its
+  horizontal flip's (FFCV's lr_tta, halved).
   --compile: torch.compile(model, dynamic=False), default mode, as scripts/reference_pytorch.py and timm's
   train.py --torchcompile: static graphs, one per training side (and one per val batch shape, in eval mode), the
   forward and backward compiled, loss and SGD step eager; the compile time falls in the epochs' wall clock.
@@ -163,6 +166,8 @@ def train(cfg, args):
     scale = t["batch_size"] / t["lr_reference_batch"] if t["lr_reference_batch"] > 0 else 1.0
 
     model = torchvision.models.resnet50(num_classes=num_classes, zero_init_residual=m["zero_init_residual"])
+    if m["blurpool"]:
+        apply_blurpool(torch, model)
     model = model.to(device, memory_format=fmt)
     net = model
     sides = sorted(set(sides_by_epoch(cfg)))
@@ -228,9 +233,10 @@ def train(cfg, args):
                "train_loss": loss_sum.item() / steps_per_epoch, "val_loss": None, "val_top1": None, "val_top5": None}
         t_eval = time.perf_counter()
         if t["eval"]:
-            row.update(evaluate(torch, net, data, device, autocast_dtype))
+            row.update(evaluate(torch, net, data, device, autocast_dtype, t["eval_flip"]))
             if ema is not None:
-                row.update({"ema_" + k: v for k, v in evaluate(torch, ema.module, data, device, autocast_dtype).items()})
+                row.update({"ema_" + k: v for k, v in
+                            evaluate(torch, ema.module, data, device, autocast_dtype, t["eval_flip"]).items()})
         now = time.perf_counter()
         row.update({"samples_per_s": samples_per_s, "epoch_s": now - t_epoch,
                     "eval_s": now - t_eval if t["eval"] else None, "wall_s": now - LAUNCH,
@@ -246,14 +252,36 @@ def train(cfg, args):
     return 0
 
 
-def evaluate(torch, net, data, device, autocast_dtype):
+def apply_blurpool(torch, module):
+    """FFCV's BlurPoolConv2d (ffcv-imagenet train_imagenet.py): a depthwise [1 2 1] x [1 2 1] / 16 blur, zero
+    padding 1, before each Conv2d of stride > 1 and >= 16 input channels."""
+    class BlurPoolConv2d(torch.nn.Module):
+        def __init__(self, conv):
+            super().__init__()
+            taps = torch.tensor([1.0, 2.0, 1.0])
+            self.conv = conv
+            self.register_buffer("blur_filter", (taps[:, None] * taps[None, :] / 16).repeat(conv.in_channels, 1, 1, 1))
+
+        def forward(self, x):
+            x = torch.nn.functional.conv2d(x, self.blur_filter, padding=1, groups=self.conv.in_channels)
+            return self.conv(x)
+
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Conv2d) and max(child.stride) > 1 and child.in_channels >= 16:
+            setattr(module, name, BlurPoolConv2d(child))
+        else:
+            apply_blurpool(torch, child)
+
+
+def evaluate(torch, net, data, device, autocast_dtype, flip=False):
     net.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, top-1 hits, top-5 hits, samples
     with torch.no_grad():
         for x, y in data.val():
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                logits = net(x)
-            logits = logits.float()
+                logits = net(x).float()
+                if flip:
+                    logits = (logits + net(torch.flip(x, dims=[3])).float()) / 2
             k = min(5, logits.shape[1])
             hits = logits.topk(k, 1).indices.eq(y.unsqueeze(1))
             sums[0] += torch.nn.functional.cross_entropy(logits, y, reduction="sum")

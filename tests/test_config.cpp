@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -293,6 +294,36 @@ TEST(Config, ShippedConfigsParse) {
   want.insert(want.end(), 4, 192);
   EXPECT_EQ(sides, want);
   EXPECT_EQ(data::side_of(ffcv.transform, false, 0), 224);
+}
+
+// The recipe configs against their sources' numbers (each config's header cites them).
+TEST(Config, RecipeConfigsHoldTheirSourcesValues) {
+  const std::string dir = std::string(PINFEED_SOURCE_DIR) + "/configs/";
+  // FFCV's 88 epochs: the ramp 160 -> 192 between epochs 65 and 76 rounds to 71 epochs at 160, 17 at 192;
+  // validation at 256 from a 292 px resize (224/256 of the side: a 584 px image gives a 512 px crop).
+  const Config ffcv88 = load_config(dir + "resnet50_ffcv88.toml");
+  std::vector<int> sides;
+  for (int64_t e = 0; e < ffcv88.schedule.epochs; ++e) sides.push_back(data::side_of(ffcv88.transform, true, e));
+  std::vector<int> want(71, 160);
+  want.insert(want.end(), 17, 192);
+  EXPECT_EQ(sides, want);
+  const int val88 = data::side_of(ffcv88.transform, false, 0);
+  EXPECT_EQ(val88, 256);
+  EXPECT_EQ(data::val_crop(584, 584, data::at_side(ffcv88.transform, val88)).w, 512);
+  for (const Config& c : {ffcv88, load_config(dir + "resnet50_ffcv16.toml")}) {
+    EXPECT_TRUE(c.step.net.blurpool);  // use_blurpool 1
+    EXPECT_TRUE(c.step.eval_flip);     // lr_tta
+  }
+  // torchvision's new recipe: 176 px crops, 224 px evaluation from a 232 px resize (a 464 px image: 448 px).
+  const Config tv = load_config(dir + "resnet50_torchvision_v2.toml");
+  EXPECT_EQ(data::side_of(tv.transform, true, 0), 176);
+  const int val_tv = data::side_of(tv.transform, false, 0);
+  EXPECT_EQ(val_tv, 224);
+  EXPECT_EQ(data::val_crop(464, 464, data::at_side(tv.transform, val_tv)).w, 448);
+  EXPECT_TRUE(tv.step.ema.enabled);
+  // 0.99998 adjusted for 8 x 128 samples, 32 steps and 600 epochs, per 32 steps; its 32nd root per step.
+  const double per_32_steps = 1 - (1 - 0.99998) * 8 * 128 * 32 / 600;
+  EXPECT_NEAR(tv.step.ema.decay, std::pow(per_32_steps, 1.0 / 32), 1e-8);
 }
 
 TEST(Config, EveryKeyHasHelp) {

@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -459,6 +464,49 @@ TEST(Train, BestWeightsAreTheBetterWholeEvaluation) {
   EXPECT_EQ(best_weights(raw, cut, 100, NAN).weights, "raw") << "a stop cut the EMA's short";
   EXPECT_EQ(best_weights(raw, ema, 100, 0.6).weights, "") << "no better than before";
   EXPECT_EQ(best_weights(cut, none, 100, NAN).weights, "");
+}
+
+// train.eval_flip: evaluation scores the mean of the logits of each image and of its horizontal mirror (FFCV's
+// lr_tta), for the raw weights and the EMA's alike.
+TEST(Train, EvalFlipScoresTheMeanLogitsOfTheImageAndItsMirror) {
+  StepOptions o;
+  o.precision = Precision::kFp32;
+  o.net.zero_init_residual = false;
+  o.ema.enabled = true;
+  StepRunner plain(o, 5);
+  o.eval_flip = true;
+  StepRunner flip(o, 5);  // the same seed: the same weights
+  at::manual_seed(2);
+  const at::Tensor images = at::randn({6, 3, 32, 32}), labels = at::randint(5, {6});
+  for (const bool ema : {false, true}) {
+    SCOPED_TRACE(ema ? "ema" : "raw");
+    model::ResNet& net = ema ? plain.ema_model() : plain.model();
+    net->eval();
+    (ema ? flip.ema_model() : flip.model())->eval();
+    at::Tensor logits, mean;
+    {
+      at::NoGradGuard no_grad;
+      logits = net->forward(images);
+      mean = (logits + net->forward(images.flip(3))) / 2;
+    }
+    ASSERT_GT((mean - logits).abs().max().item<double>(), 1e-3 * logits.abs().max().item<double>())
+        << "the mirror must change the logits, or the test proves nothing";
+    const auto sums_of = [&](StepRunner& r) {
+      at::Tensor sums = at::zeros({4}, at::kDouble);
+      r.eval_step(images, labels, sums, ema);
+      return sums;
+    };
+    const auto expected = [&](const at::Tensor& l) {
+      const double loss = at::cross_entropy_loss(l, labels, {}, at::Reduction::Sum).item<double>();
+      const double top1 = l.argmax(1).eq(labels).sum().item<double>();
+      return std::pair{loss, top1};
+    };
+    const at::Tensor with = sums_of(flip), without = sums_of(plain);
+    EXPECT_NEAR(with[0].item<double>(), expected(mean).first, 1e-5 * std::abs(expected(mean).first));
+    EXPECT_EQ(with[1].item<double>(), expected(mean).second);
+    EXPECT_EQ(with[3].item<double>(), 6);
+    EXPECT_NEAR(without[0].item<double>(), expected(logits).first, 1e-5 * std::abs(expected(logits).first));
+  }
 }
 
 // NVIDIA's MLPerf PolySchedule (iterations from 1): lr it / warmup through the warm-up, then

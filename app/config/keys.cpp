@@ -212,6 +212,11 @@ const std::vector<Key>& keys() {
           "classifier outputs; 0 = number of class folders"),
       key("model.zero_init_residual", PINFEED_FIELD(step.net.zero_init_residual),
           "zero-init each block's last BN (Goyal et al. 2017)"),
+      key("model.blurpool", PINFEED_FIELD(step.net.blurpool),
+          "FFCV's BlurPool: a fixed 3x3 binomial blur ([1 2 1] x [1 2 1] / 16, zero padding) before each strided "
+          "convolution of >= 16 input channels (layer2-4's block-0 conv2 and downsample.0), in training and "
+          "evaluation; no parameter or buffer, so the state dict is torchvision's either way; every step path "
+          "(fused BN, bn_graph conv, channels_last, CUDA graph) runs it. pinfeed eval needs the value trained with"),
       choice("model.max_pool", PINFEED_FIELD(model.stem_max_pool),
              {{"auto", std::nullopt}, {"pinfeed", true}, {"aten", false}},
              "the stem's max pool in training: auto (pinfeed's on CUDA + channels_last, else ATen's) | pinfeed "
@@ -305,6 +310,9 @@ const std::vector<Key>& keys() {
       key("train.max_steps_per_epoch", PINFEED_FIELD(train.max_steps_per_epoch), at_least<int64_t>(0),
           "cap on steps per epoch; 0 = whole epoch"),
       key("train.eval", PINFEED_FIELD(train.eval), "evaluate on the val split after each epoch"),
+      key("train.eval_flip", PINFEED_FIELD(step.eval_flip),
+          "evaluation's logits the mean of the image's and its horizontal mirror's (FFCV's lr_tta), after each "
+          "epoch and in pinfeed eval: two forward passes per batch"),
       parsed("train.init_from", PINFEED_FIELD(train.init_from), path_of, as_written,
              "a new run starts from the weights of this pinfeed checkpoint or torch.save(model.state_dict()) file "
              "(not its optimizer or epoch); another number of classes re-initialises fc; ~/ expands; \"\" = none"),

@@ -97,8 +97,10 @@ int run_predict(const PredictArgs& a) {
   if (!a.config.empty()) {
     c = load_config(a.config);
   } else if (!w.config.empty()) {
-    try {  // the transform the model was validated with
-      c.transform = parse_config_string(w.config, a.checkpoint + " (its recorded config)").transform;
+    try {  // the transform the model was validated with, and its shape (model.blurpool)
+      const Config recorded = parse_config_string(w.config, a.checkpoint + " (its recorded config)");
+      c.transform = recorded.transform;
+      c.step.net.blurpool = recorded.step.net.blurpool;
     } catch (const ConfigError& e) {
       log::warn(error_text(e) + "; using the default transform (data.image_size = 224)");
     }
@@ -110,7 +112,9 @@ int run_predict(const PredictArgs& a) {
   t.format = data::PixelFormat::kFloat32Chw;
   t.gpu_decode = false;
 
-  model::ResNet net = model::resnet50({num_classes, false, false, false});
+  model::ResNetOptions options{num_classes, false, false, false};
+  options.blurpool = c.step.net.blurpool;
+  model::ResNet net = model::resnet50(options);
   copy_weights(net, w.model, a.checkpoint);
   w.model.clear();
   net->to(device);

@@ -32,6 +32,7 @@ struct StepOptions {
   uint64_t seed = 0;           // the model's initial weights (train.seed, as the loaders')
   int64_t batch_size = 0;      // resolve_plan: train.batch_size, the batches cuda_graph captures (0: any)
   double label_smoothing = 0;  // of the training loss
+  bool eval_flip = false;      // eval_step's logits: the mean of the image's and its horizontal flip's
   OptimizerOptions optimizer;     // train.optimizer and its terms
   bool decay_bn_and_bias = true;  // false: no weight decay on BN parameters and biases
   EmaOptions ema;                 // train.ema: an EMA of the weights, updated after each step, evaluated beside them

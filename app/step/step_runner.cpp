@@ -61,7 +61,8 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision) {
 
 StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* dist)
     : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
-      autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), batch_size_(o.batch_size), graphed_(o.device.is_cuda() && o.cuda_graph) {
+      autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), eval_flip_(o.eval_flip),
+      batch_size_(o.batch_size), graphed_(o.device.is_cuda() && o.cuda_graph) {
   at::manual_seed(o.seed);
   model_ = build_model(o, num_classes);
   if (o.ema.enabled) {
@@ -298,7 +299,10 @@ void StepRunner::eval_step(const at::Tensor& images, const at::Tensor& labels, a
   at::NoGradGuard no_grad;
   AutocastScope autocast(autocast_);
   if (ema && !ema_) throw std::logic_error("eval_step: train.ema is off");
-  const at::Tensor logits = (ema ? ema_model_ : model_)->forward(images).to(at::kFloat);
+  model::ResNet& net = ema ? ema_model_ : model_;
+  at::Tensor logits = net->forward(images).to(at::kFloat);
+  // FFCV's lr_tta, its sum halved: the same ranking, and a loss on the scale of one pass's.
+  if (eval_flip_) logits = (logits + net->forward(images.flip(3)).to(at::kFloat)) / 2;
   const at::Tensor loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum);
   const int64_t k = std::min<int64_t>(5, logits.size(1));
   const at::Tensor hits = std::get<1>(logits.topk(k, 1)).eq(labels.unsqueeze(1));

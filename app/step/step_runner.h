@@ -45,7 +45,8 @@ class StepRunner {
   // labels: (B,) int64 class indices, or (B, classes) float32 soft targets (smoothed already). Returns the loss, on
   // the device.
   at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);
-  // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples]; ema: with the EMA's weights.
+  // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples]; ema: with the EMA's weights;
+  // train.eval_flip: of the mean logits of the images and their horizontal flips.
   void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums, bool ema = false);
 
   bool graphed() const { return graphed_; }
@@ -88,6 +89,7 @@ class StepRunner {
   std::optional<c10::Stream> stream_;  // the compute stream (CUDA)
   std::optional<at::ScalarType> autocast_;
   double label_smoothing_;
+  bool eval_flip_;
   int64_t batch_size_;
   // train.cuda_graph: the whole step (forward, backward, optimizer) captured once per batch shape and replayed,
   // reading the batch from static device buffers and the learning rate from one device scalar. Each graph keeps
