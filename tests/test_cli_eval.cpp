@@ -131,6 +131,15 @@ TEST_F(CliEval, EvalTakesTheImagenetConfigOnAnyDeviceAtTheCheckpointsSide) {
   EXPECT_NE(at64.output.find("\"image_size\":64"), std::string::npos) << at64.output;
 }
 
+TEST_F(CliEval, EvalBuildsTheNetworkTheCheckpointWasTrainedAs) {
+  const std::string last = (run_ / "last.pt").string();
+  const Outcome r = pinfeed({"eval", "-c", config_, "--checkpoint", last, "model.blurpool=true", "--json"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("model.blurpool = false, as " + last + " was trained"), std::string::npos) << r.output;
+  const Outcome json = pinfeed({"eval", "-c", config_, "--checkpoint", last, "model.blurpool=true", "--json"}, false);
+  EXPECT_NEAR(nlohmann::json::parse(json.output).at("top1").get<double>(), rows().back().at("val_top1").get<double>(), 1e-9);
+}
+
 TEST_F(CliEval, BestCheckpointHoldsTheEpochOfTheHighestValidationTop1) {
   ASSERT_TRUE(fs::exists(run_ / "best.pt"));
   double best = -1;

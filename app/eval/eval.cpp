@@ -33,11 +33,14 @@ nlohmann::json model_facts(const Weights& w, const std::string& path) {
   if (fc == w.model.end() || fc->second.dim() != 2) {
     throw ConfigError(path + ": not the weights of a ResNet-50: it has no 2-D fc.weight");
   }
-  nlohmann::json facts = {{"num_classes", fc->second.size(0)}, {"classes", w.classes}, {"validated", nullptr}};
+  nlohmann::json facts = {{"num_classes", fc->second.size(0)}, {"classes", w.classes}, {"validated", nullptr},
+                          {"blurpool", nullptr}};
   if (!w.config.empty()) {
     try {
-      const data::TransformOptions t = parse_config_string(w.config, path + " (its recorded config)").transform;
+      const Config recorded = parse_config_string(w.config, path + " (its recorded config)");
+      const data::TransformOptions& t = recorded.transform;
       facts["validated"] = {{"side", data::side_of(t, /*train=*/false, 0)}, {"ratio", t.val_resize_ratio}};
+      facts["blurpool"] = recorded.step.net.blurpool;
     } catch (const ConfigError& e) {
       log::warn(error_text(e) + "; evaluating with the config's validation transform");
     }
@@ -119,7 +122,16 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
     data::LoaderOptions loader = plan.val_loader;
     loader.stop_requested = stop_after_grace(stop);
     pipeline::Feeder feed(set, loader, plan.pipeline, plan.feeder);
-    StepRunner runner(plan.step, num_classes, &dist);
+    // The network the weights were trained as: model.blurpool is the checkpoint's (a state dict: the config's).
+    StepOptions step = plan.step;
+    if (!facts.at("blurpool").is_null() && facts.at("blurpool").get<bool>() != step.net.blurpool) {
+      step.net.blurpool = facts.at("blurpool").get<bool>();
+      if (dist.is_main()) {
+        log::warn(std::string("model.blurpool = ") + (step.net.blurpool ? "true" : "false") + ", as " + a.checkpoint +
+                  " was trained (" + location_of(plan, "model.blurpool") + " says otherwise)");
+      }
+    }
+    StepRunner runner(step, num_classes, &dist);
     if (weights) copy_weights(runner.model(), weights->model, a.checkpoint);
     runner.broadcast_state();
 
