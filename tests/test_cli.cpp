@@ -259,6 +259,16 @@ TEST_F(Cli, ATransferModeThatNeedsCudaRunsPageableOnTheCpuSayingSo) {
       << r.output;
 }
 
+// The README's ImageNet recipe (fp16) on a machine without CUDA: one warning, then the run goes on in fp32 (here to
+// the missing dataset, exit 3).
+TEST_F(Cli, AHalfPrecisionRecipeTrainsInFp32OnTheCpuSayingSo) {
+  const Outcome r = pinfeed({"train", "-c", config_, "train.precision=fp16"});
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("train.precision = \"fp16\" needs a CUDA device (device is cpu): training in fp32"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(Cli, ValueOfTheWrongTypeSaysWhatTheKeyTakes) {
   const Outcome r = train_with("train.lr=abc");
   EXPECT_EQ(r.code, 2) << r.output;

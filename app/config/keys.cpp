@@ -292,8 +292,8 @@ const std::vector<Key>& keys() {
       key("train.label_smoothing", PINFEED_FIELD(step.label_smoothing), in_range(0, 1, /*hi_open=*/true),
           "cross-entropy label smoothing"),
       choice("train.precision", PINFEED_FIELD(step.precision), precision_names(),
-             "fp32 | tf32 (TF32 matmul/conv) | bf16 (autocast) | fp16 (autocast with dynamic loss scaling); CUDA "
-             "only beyond fp32"),
+             "fp32 | tf32 (TF32 matmul/conv) | bf16 (autocast) | fp16 (autocast with dynamic loss scaling); on a "
+             "CPU every one steps in fp32 (bf16/fp16 with a warning)"),
       key("train.loss_scale_init", PINFEED_FIELD(step.loss_scaler.init_scale), in_range(1, 1e30),
           "fp16: first value of the dynamic loss scale (halved on each overflow)"),
       key("train.loss_scale_growth_interval", PINFEED_FIELD(step.loss_scaler.growth_interval),

@@ -64,10 +64,6 @@ Problem device_problem(const Plan& p, PlanUse use = PlanUse::kTrain) {
   if (!p.device.is_cuda() && p.train.cuda_graph == true) {
     return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
   }
-  if (!p.device.is_cuda() && autocast_dtype(p.step.precision)) {
-    return {"train.precision", std::string("train.precision = \"") + name_of(p.step.precision) +
-                                   "\" needs a CUDA device (device is cpu)"};
-  }
   return {};
 }
 
@@ -299,15 +295,19 @@ void fall_back_to_pageable(Plan& p) {
   pipeline::apply_preset(pipeline::preset_of(pipeline::Mode::kPageable), p.pipeline);
 }
 
-// pinfeed eval on the CPU: the forward pass in fp32 (autocast is CUDA's here), eagerly.
-void eval_on_the_cpu(Plan& p) {
+// On the CPU the step runs in fp32 (pinfeed's autocast is CUDA's): a config's bf16 or fp16 says so in one line, so
+// that a GPU recipe still runs there. eval also runs eagerly.
+void precision_on_the_cpu(Plan& p, PlanUse use) {
   if (p.device.is_cuda()) return;
   if (autocast_dtype(p.step.precision) && p.dist_env.rank == 0) {
-    log::info(location_of(p, "train.precision") + ": train.precision = " + precision_text(p) +
-              " is CUDA's: evaluating in fp32 on the CPU");
+    const std::string doing = use == PlanUse::kEval ? "evaluating" : "training";
+    const std::string line = location_of(p, "train.precision") + ": train.precision = " + precision_text(p) +
+                             " needs a CUDA device (device is cpu): " + doing + " in fp32";
+    if (use == PlanUse::kEval) log::info(line);
+    else log::warn(line);
   }
   if (autocast_dtype(p.step.precision)) p.step.precision = Precision::kFp32;
-  p.step.cuda_graph = false;
+  if (use == PlanUse::kEval) p.step.cuda_graph = false;
 }
 
 }  // namespace
@@ -324,7 +324,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   resolve_step_switches(p);
   resolve_transfer_mode(p);
   fall_back_to_pageable(p);
-  if (use == PlanUse::kEval) eval_on_the_cpu(p);
+  precision_on_the_cpu(p, use);
   if (const Problem problem = device_problem(p, use); !problem.message.empty()) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
