@@ -11,6 +11,18 @@
 namespace pinfeed::app {
 namespace {
 
+std::string joined(const std::vector<std::string>& names, const char* separator) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : separator) + n;
+  return out;
+}
+
+std::vector<std::string> command_names(const CLI::App& cli) {
+  std::vector<std::string> names;
+  for (const CLI::App* c : cli.get_subcommands({})) names.push_back(c->get_name());
+  return names;
+}
+
 // The command argv names, or null (none, or not a command).
 const CLI::App* command_of(const CLI::App& cli, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return nullptr;
@@ -49,12 +61,9 @@ std::string misuse(const CLI::App& cli, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return "";
   const CLI::App* sub = command_of(cli, argc, argv);
   if (!sub) {
-    std::vector<std::string> commands;
-    for (const CLI::App* c : cli.get_subcommands({})) commands.push_back(c->get_name());
-    std::string all;
-    for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
+    const std::vector<std::string> commands = command_names(cli);
     return "unknown command '" + data::printable(argv[1]) + "'" + did_you_mean(argv[1], commands) + " (commands: " +
-           all + ")";
+           joined(commands, ", ") + ")";
   }
   const std::string command = sub->get_name();
   const bool takes_keys = sub->get_option_no_throw("overrides") != nullptr;
@@ -87,24 +96,18 @@ std::string parse_error_text(const CLI::App& cli, const CLI::ParseError& e, int 
     what = "unexpected argument" + std::string(prefix.find("arguments") != std::string::npos ? "s " : " ") +
            what.substr(prefix.size());
   } else if (dynamic_cast<const CLI::RequiredError*>(&e) && what.find("subcommand") != std::string::npos) {
-    std::string all;
-    for (const CLI::App* c : cli.get_subcommands({})) all += (all.empty() ? "" : ", ") + c->get_name();
-    what = "a command is required (commands: " + all + ")";
+    what = "a command is required (commands: " + joined(command_names(cli), ", ") + ")";
   }
   return (sub ? sub->get_name() + ": " : std::string()) + data::printable(what) + where_listed(sub);
 }
 
 CLI::Validator one_of(const std::vector<std::string>& names) {
-  std::string shown;
-  for (const auto& n : names) shown += (shown.empty() ? "{" : ",") + n;
   return CLI::Validator(
       [names](std::string& value) -> std::string {
         if (std::find(names.begin(), names.end(), value) != names.end()) return "";
-        std::string all;
-        for (const auto& n : names) all += (all.empty() ? "" : " | ") + n;
-        return "must be " + all + ", got '" + data::printable(value) + "'" + did_you_mean(value, names);
+        return "must be " + joined(names, " | ") + ", got '" + data::printable(value) + "'" + did_you_mean(value, names);
       },
-      shown + "}");
+      "{" + joined(names, ",") + "}");
 }
 
 }  // namespace pinfeed::app

@@ -93,18 +93,19 @@ int run_predict(const PredictArgs& a) {
   }
   const int64_t num_classes = fc->second.size(0);
 
-  Config c;
-  if (!a.config.empty()) {
-    c = load_config(a.config);
-  } else if (!w.config.empty()) {
-    try {  // the transform the model was validated with, and its shape (model.blurpool)
-      const Config recorded = parse_config_string(w.config, a.checkpoint + " (its recorded config)");
-      c.transform = recorded.transform;
-      c.step.net.blurpool = recorded.step.net.blurpool;
+  std::optional<Config> recorded;  // a pinfeed checkpoint's config; none in a state dict
+  if (!w.config.empty()) {
+    try {
+      recorded = parse_config_string(w.config, a.checkpoint + " (its recorded config)");
     } catch (const ConfigError& e) {
-      log::warn(error_text(e) + "; using the default transform (data.image_size = 224)");
+      log::warn(error_text(e) + (a.config.empty() ? "; using the default transform (data.image_size = 224)" : ""));
     }
   }
+  Config c;
+  if (!a.config.empty()) c = load_config(a.config);
+  else if (recorded) c.transform = recorded->transform;  // the transform the model was validated with
+  // The network the weights were trained as, whatever -c says (as eval).
+  if (recorded) c.step.net.blurpool = recorded->step.net.blurpool;
   const c10::Device device = predict_device(!a.device.empty() ? a.device : a.config.empty() ? "auto" : c.train.device,
                                             !a.device.empty() ? "--device" : location_of(c, "train.device"));
   // The validation transform at validation's side, decoded on the CPU.
