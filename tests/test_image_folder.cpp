@@ -9,6 +9,7 @@
 
 #include "data/error.h"
 #include "data/dataset/image_folder.h"
+#include "data/dataset/synthetic.h"
 #include "test_util.h"
 
 namespace pinfeed::data {
@@ -18,6 +19,17 @@ namespace fs = std::filesystem;
 void touch(const fs::path& p) {
   fs::create_directories(p.parent_path());
   std::ofstream(p) << "x";
+}
+
+TEST(GeneratedData, EveryOneOf384ClassesLooksDifferentAndTheFirst24AsBefore) {
+  std::vector<SyntheticLook> seen;
+  for (int c = 0; c < 384; ++c) {
+    const SyntheticLook look = synthetic_look(c);
+    for (size_t other = 0; other < seen.size(); ++other) ASSERT_FALSE(seen[other] == look) << c << " looks like " << other;
+    seen.push_back(look);
+    if (c < 24) EXPECT_EQ(look, (SyntheticLook{c % 8, c % 12, 0})) << c;  // the quickstart's 10 classes unchanged
+  }
+  EXPECT_EQ(synthetic_look(384), synthetic_look(0));
 }
 
 TEST(ImageFolder, ClassesAreSortedByNameAndLabelledInOrder) {

@@ -22,8 +22,8 @@ namespace {
 constexpr int kShapes = 8;
 constexpr int kColours = 12;
 
-cv::Scalar class_colour(int c, SampleRng& rng) {
-  const double hue = std::fmod(c % kColours * (180.0 / kColours) + rng.uniform(-5, 5) + 180.0, 180.0);
+cv::Scalar class_colour(int hue_index, SampleRng& rng) {
+  const double hue = std::fmod(hue_index * (180.0 / kColours) + rng.uniform(-5, 5) + 180.0, 180.0);
   cv::Mat hsv(1, 1, CV_8UC3, cv::Scalar(hue, 150 + rng.below(100), 150 + rng.below(100))), bgr;
   cv::cvtColor(hsv, bgr, cv::COLOR_HSV2BGR);
   const auto px = bgr.at<cv::Vec3b>(0, 0);
@@ -92,7 +92,8 @@ void add_texture(cv::Mat& img, SampleRng& rng, double amplitude, int octaves) {
 cv::Mat draw_sample(const SyntheticOptions& o, int label, SampleRng& rng) {
   const cv::Scalar bg(rng.below(256), rng.below(256), rng.below(256));
   cv::Mat img(o.height, o.width, CV_8UC3, bg);
-  const int texture = (label / (kShapes * kColours)) % 4;  // background family for classes beyond 96
+  const SyntheticLook look = synthetic_look(label);
+  const int texture = look.family;
   for (int i = 0; i < 3 + texture * 3; ++i) {            // distractor strokes
     const cv::Point a(rng.below(o.width), rng.below(o.height)), b(rng.below(o.width), rng.below(o.height));
     cv::line(img, a, b, cv::Scalar(rng.below(256), rng.below(256), rng.below(256)), 1 + texture, cv::LINE_AA);
@@ -100,13 +101,20 @@ cv::Mat draw_sample(const SyntheticOptions& o, int label, SampleRng& rng) {
   const double side = std::min(o.width, o.height);
   const double radius = side * rng.uniform(0.15, 0.35);
   const cv::Point2d centre(rng.uniform(radius, o.width - radius), rng.uniform(radius, o.height - radius));
-  draw_shape(img, label % kShapes, centre, radius, rng.uniform(0, 2 * M_PI), class_colour(label, rng));
+  draw_shape(img, look.shape, centre, radius, rng.uniform(0, 2 * M_PI), class_colour(look.hue, rng));
   cv::setRNGSeed(static_cast<int>(rng.next() & 0x7fffffff));
   add_texture(img, rng, o.photo ? 34.0 : 10.0, o.photo ? 5 : 2);
   return img;
 }
 
 }  // namespace
+
+SyntheticLook synthetic_look(int label) {
+  // Shape and hue both taken from the label repeat together every 24 classes (lcm of 8 and 12); each block of 24
+  // shifts the hue by one more step, which reaches the other 72 of the 96 pairs.
+  const int j = label % 24, block = label / 24 % 4;
+  return {j % kShapes, (j % kColours + block) % kColours, label / (kShapes * kColours) % 4};
+}
 
 int64_t generate_synthetic(const SyntheticOptions& o) {
   struct Job { std::string path; int label; uint64_t seed; };

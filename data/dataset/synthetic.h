@@ -20,6 +20,15 @@ struct SyntheticOptions {
   int threads = 0;  // 0: all cores
 };
 
+// What tells a class apart: its shape (of 8), hue (of 12) and background family (of 4: distractor strokes). Distinct
+// for the first 384 classes, then repeating; the first 24 classes look as they did when hue and shape both ran
+// with the label (so the quickstart's dataset is unchanged).
+struct SyntheticLook {
+  int shape = 0, hue = 0, family = 0;
+  bool operator==(const SyntheticLook& o) const { return shape == o.shape && hue == o.hue && family == o.family; }
+};
+SyntheticLook synthetic_look(int label);
+
 // Returns the number of files written. Throws DataError when a file cannot be written.
 int64_t generate_synthetic(const SyntheticOptions& options);
 
