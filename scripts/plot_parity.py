@@ -3,6 +3,7 @@
 
 usage: plot_parity.py --pinfeed P0.jsonl P1.jsonl --reference R0.jsonl R1.jsonl [--seeds 0 1] --out-dir DIR
                       [--threshold 1.0] [--note TEXT]
+       plot_parity.py --from PARITY.json --out-dir DIR ...    (the runs of a parity.json this script wrote)
 
 Each file holds one run's per-epoch JSON lines: pinfeed's metrics.jsonl, or what scripts/reference_train.py
 writes (the same fields: epoch, train_loss, val_top1, val_top5 as fractions, samples_per_s, epoch_s). The i-th
@@ -88,8 +89,9 @@ def chart(runs, path, title):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pinfeed", nargs="+", required=True, help="pinfeed metrics.jsonl, one per seed")
-    p.add_argument("--reference", nargs="+", required=True, help="reference_train.py output, one per seed")
+    p.add_argument("--pinfeed", nargs="+", default=[], help="pinfeed metrics.jsonl, one per seed")
+    p.add_argument("--reference", nargs="+", default=[], help="reference_train.py output, one per seed")
+    p.add_argument("--from", dest="source", help="a parity.json this script wrote: its seeds and runs")
     p.add_argument("--seeds", nargs="+", default=None, help="seed of each file (default 0, 1, ...)")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--threshold", type=float, default=1.0, help="allowed |mean difference|, top-1 points")
@@ -103,19 +105,31 @@ def main():
             print(f"error: cannot draw parity.png: matplotlib is missing from {sys.executable} (scripts/setup.sh "
                   "installs it into its venv); --no-chart skips the chart", file=sys.stderr)
             return 3
-    if len(args.pinfeed) != len(args.reference):
-        print("error: give as many --pinfeed files as --reference files (one per seed)", file=sys.stderr)
+    if bool(args.source) == bool(args.pinfeed or args.reference):
+        print("error: give --pinfeed and --reference files, or --from PARITY.json", file=sys.stderr)
         return 2
-    seeds = args.seeds or [str(i) for i in range(len(args.pinfeed))]
-    if len(seeds) != len(args.pinfeed):
-        print("error: --seeds needs one seed per file", file=sys.stderr)
-        return 2
-    try:
-        pin = [read_run(f) for f in args.pinfeed]
-        ref = [read_run(f) for f in args.reference]
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.source:
+        try:
+            with open(args.source) as f:
+                saved = json.load(f)
+            seeds, pin, ref = [str(s) for s in saved["seeds"]], saved["pinfeed"], saved["torchvision"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"error: {args.source}: not a parity.json of this script ({e})", file=sys.stderr)
+            return 2
+    else:
+        if len(args.pinfeed) != len(args.reference):
+            print("error: give as many --pinfeed files as --reference files (one per seed)", file=sys.stderr)
+            return 2
+        seeds = args.seeds or [str(i) for i in range(len(args.pinfeed))]
+        if len(seeds) != len(args.pinfeed):
+            print("error: --seeds needs one seed per file", file=sys.stderr)
+            return 2
+        try:
+            pin = [read_run(f) for f in args.pinfeed]
+            ref = [read_run(f) for f in args.reference]
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     lengths = {len(r) for r in pin + ref}
     if len(lengths) != 1:
         print(f"error: the runs have different numbers of epochs: {sorted(lengths)}", file=sys.stderr)

@@ -128,6 +128,13 @@ def main():
         code, _ = verdict(runs([[0.5, 0.80], [0.5, 0.80]]), runs([[0.5], [0.5]]))
         if code != 2:
             fail(f"runs of 2 and 1 epochs: exit {code}, expected 2")
+        # Its parity.json gives the same table again (--from: how docs/ keeps the raw runs).
+        code, md = verdict(runs([[0.5, 0.800], [0.5, 0.810]]), runs([[0.4, 0.800], [0.4, 0.815]]))
+        r = subprocess.run([sys.executable, str(repo / "scripts" / "plot_parity.py"), "--from",
+                            str(tmp / "results" / "parity.json"), "--out-dir", str(tmp / "again"), "--no-chart"],
+                           capture_output=True, text=True)
+        if r.returncode != code or (tmp / "again" / "parity.md").read_text() != md:
+            fail(f"--from its parity.json: exit {r.returncode}, a different table:\n{r.stdout}{r.stderr}")
 
         # 4. The reference trainer itself, where torchvision is there.
         try:
