@@ -116,6 +116,9 @@ TEST(HostMemory, ThisMachinesFiguresAreReadAndAFakeReplacesThem) {
 TEST(StepMemory, ActivationsGrowWithBatchPixelsAndElementSize) {
   // Summed from the architecture: 21.27 M elements for a 224 px image.
   EXPECT_NEAR(resnet50_saved_elements_per_pixel() * 224 * 224, 21.27e6, 0.01e6);
+  // BlurPool: layer2 (128 + 256) x 56^2, layer3 (256 + 512) x 28^2, layer4 (512 + 1024) x 14^2 more.
+  EXPECT_NEAR((resnet50_saved_elements_per_pixel(true) - resnet50_saved_elements_per_pixel()) * 224 * 224,
+              384 * 3136 + 768 * 784 + 1536 * 196, 1);
   const double one = activation_bytes(1, 224, 4);
   EXPECT_GT(one, 85e6) << "at least the saved tensors themselves";
   EXPECT_LT(one, 200e6);

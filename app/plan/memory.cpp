@@ -158,7 +158,9 @@ ScopedHostMemory::~ScopedHostMemory() { fake_memory() = previous_; }
 // next conv keeps too: counted once), the stem's max pool its int64 indices (two fp32 elements each); the residual
 // add keeps nothing. torchvision's bottleneck (v1.5: the stride on the 3x3 conv). Stem 2.16 M, layer1 8.03 M,
 // layer2 5.82 M, layer3 4.11 M, layer4 1.15 M: 21.27 M per image, 424 per pixel (85 MB per 224 px image in fp32).
-double resnet50_saved_elements_per_pixel() {
+// BlurPool's output is a strided conv's new input (its own input is already kept): conv2's and the downsample's of
+// each stage's first block past layer1, 2.11 M more per image.
+double resnet50_saved_elements_per_pixel(bool blurpool) {
   constexpr double s = 224;
   double e = 3 * s * s                        // conv1's input
              + 2 * 64 * (s / 2) * (s / 2)     // bn1's input, relu's output
@@ -174,6 +176,10 @@ double resnet50_saved_elements_per_pixel() {
            + 4 * w * out           // bn3's input
            + 4 * w * out           // the block's output after the add and relu
            + (b == 0 ? 4 * w * out : 0);  // the downsample BatchNorm's input
+      if (blurpool && b == 0 && stage.stride > 1) {
+        const double in_planes = 2 * w;  // the block's input: 4 x the last stage's width (2 x this one's)
+        e += (w + in_planes) * side_in * side_in;  // the blurred inputs of conv2 and the downsample conv
+      }
     }
     side_in = side;
   }
@@ -184,8 +190,9 @@ double resnet50_saved_elements_per_pixel() {
 // on the CPU oneDNN's reordered copies), and the allocator rounds up: 30% over the saved tensors.
 constexpr double kActivationMargin = 1.3;
 
-double activation_bytes(int64_t batch, int64_t image_size, int element_bytes) {
-  static const double per_pixel = resnet50_saved_elements_per_pixel();
+double activation_bytes(int64_t batch, int64_t image_size, int element_bytes, bool blurpool) {
+  static const double plain = resnet50_saved_elements_per_pixel(false), blurred = resnet50_saved_elements_per_pixel(true);
+  const double per_pixel = blurpool ? blurred : plain;
   return static_cast<double>(batch) * static_cast<double>(image_size) * static_cast<double>(image_size) * per_pixel *
          kActivationMargin * element_bytes;
 }

@@ -56,11 +56,12 @@ class ScopedHostMemory {
   std::optional<HostMemory> previous_;
 };
 
-// Elements ResNet-50 keeps for backward per input pixel (memory.cpp derives it from the architecture).
-double resnet50_saved_elements_per_pixel();
+// Elements ResNet-50 keeps for backward per input pixel (memory.cpp derives it from the architecture), with
+// BlurPool (model.blurpool) or without.
+double resnet50_saved_elements_per_pixel(bool blurpool = false);
 // Bytes a ResNet-50 training step keeps for backward: batch x image_size^2 x the constant above x a margin for
 // what backward adds, at `element_bytes` (2 under bf16/fp16 autocast, 4 otherwise).
-double activation_bytes(int64_t batch, int64_t image_size, int element_bytes);
+double activation_bytes(int64_t batch, int64_t image_size, int element_bytes, bool blurpool = false);
 // Weights, their gradients, the optimizer's state (`optimizer_copies` of the weights: SGD's and LARS's momentum 1,
 // LAMB's moments and update 3), the EMA's copy (train.ema) and a spare copy (autocast's casts, a checkpoint being
 // written), fp32.

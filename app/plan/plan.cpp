@@ -92,7 +92,7 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
   const bool graphs = p.device.is_cuda() && p.step.cuda_graph && sides.size() > 1;
   double activations = 0;
   for (int side : sides) {
-    if (graphs || side == size) activations += activation_bytes(batch, side, element_bytes);
+    if (graphs || side == size) activations += activation_bytes(batch, side, element_bytes, p.step.net.blurpool);
   }
   const double state = model_state_bytes(c.model.num_classes, p.step.optimizer.kind == OptimizerKind::kLamb ? 3 : 1,
                                          p.step.ema.enabled);
