@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pinfeed's Python module against DALI and torch's DataLoader, each feeding the same compiled ResNet-50 step.
 
-The step is scripts/reference_pytorch.py's TrainStep: torchvision resnet50 under torch.compile (default mode), fp16
+The step is scripts/reference_pytorch.py's TrainStep: torchvision resnet50 under torch.compile (--compile-mode), fp16
 autocast with a GradScaler, channels_last, fused SGD; batch 256 by default. Rows, for each image size and each
 number of CPU threads, all reading the same JPEG folder:
 - pinfeed_<decoder>: pinfeed.ImageFolderLoader(decoder=..., threads=T, dtype=float16, channels_last) (the
@@ -49,6 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=40, help="timed steps per row")
     p.add_argument("--hw-decoder-load", type=float, default=0.65, help="DALI mixed: share for the HW decoder")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager step (a smoke test)")
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+                   help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the pinfeed and dataloader rows as a smoke test")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -266,7 +269,8 @@ def main(argv=None):
             "torchvision": torchvision.__version__, "gpu": torch.cuda.get_device_name(device)
             if device.type == "cuda" else None, "cpu_cores": os.cpu_count(), "dataset": args.train_root,
             "classes": len(classes), "batch_size": args.batch_size, "precision": args.precision,
-            "compile": args.compile, "channels_last": True, "warmup_steps": args.warmup, "steps": args.steps,
+            "compile": args.compile, "compile_mode": args.compile_mode, "channels_last": True,
+            "warmup_steps": args.warmup, "steps": args.steps,
             "warmup_s_by_size": compile_s, "hw_decoder_load": args.hw_decoder_load}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)

@@ -151,10 +151,12 @@ def variant(implementation, args):
 
 class TrainStep:
     """One training step, as every row runs it: forward and loss under autocast (bf16, fp16), backward, fused SGD
-    step; fp16 through a GradScaler; with --compile the model is torch.compile's (default mode)."""
+    step; fp16 through a GradScaler; with --compile the model is torch.compile's (args.compile_mode where the
+    caller has one: "reduce-overhead" replays CUDA graphs; else the default mode)."""
 
     def __init__(self, args, model, opt, device):
-        self.model = torch.compile(model) if args.compile else model
+        mode = getattr(args, "compile_mode", None) or "default"
+        self.model = torch.compile(model, mode=mode) if args.compile else model
         self.opt, self.device_type = opt, device.type
         self.dtype = AUTOCAST.get(args.precision)
         self.scaler = torch.amp.GradScaler("cuda") if args.precision == "fp16" else None

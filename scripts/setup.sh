@@ -49,10 +49,11 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     step "installing torchvision and timm into $venv (test references)"
     "$venv/bin/pip" install -q "torchvision==0.26.0" "timm==1.0.31" "torch==$TORCH_VERSION"
   fi
-  # pytest: the Python module's tests (tests/python).
-  if ! "$venv/bin/python" -c 'import pytest' 2>/dev/null; then
-    step "installing pytest into $venv"
-    "$venv/bin/pip" install -q pytest
+  # pytest: the Python module's tests (tests/python); scikit-build-core: `pip install --no-build-isolation .` of
+  # the module into this venv (pyproject.toml's build backend).
+  if ! "$venv/bin/python" -c 'import pytest, scikit_build_core' 2>/dev/null; then
+    step "installing pytest and scikit-build-core into $venv"
+    "$venv/bin/pip" install -q pytest "scikit-build-core>=0.10"
   fi
   # nvJPEG (data.decoder = "nvjpeg"): the CUDA toolkit's where it has one, else the nvidia-nvjpeg wheel's beside
   # torch (CPU machines' toolkits lack it; CMake finds it there). Its 13.0 series matches the CUDA 13.0 toolkit.
