@@ -1,9 +1,8 @@
 // JpegDecoder on nvJPEG. Baseline JPEGs go to the hardware engines through the batched API (one call per chunk
-// of a batch, each image decoding only its crop's pixels: ROI decode, shrunk by the engines where the CPU path
-// would shrink it); the rest the hardware does not take (progressive, other subsamplings) to nvJPEG's default
-// single-image decoder (hybrid: Huffman on this thread, the rest on the GPU); a file nvJPEG refuses after all is
-// decoded on the CPU with the same crop. Then one kernel resizes and normalises every crop into the model's input
-// (crop_resize.cu), the CPU-decoded samples too.
+// of a batch, each image decoding only its crop's pixels: ROI decode); the rest the hardware does not take
+// (progressive, other subsamplings) to nvJPEG's default single-image decoder (hybrid: Huffman on this thread, the
+// rest on the GPU); a file nvJPEG refuses after all is decoded on the CPU with the same crop. Then one kernel
+// resizes and normalises every crop into the model's input (crop_resize.cu), the CPU-decoded samples too.
 #include "pipeline/decode/jpeg_decoder.h"
 
 #include <ATen/ops/empty.h>
@@ -50,24 +49,11 @@ void check(nvjpegStatus_t s, const char* what) {
 
 size_t rgb_bytes(const data::EncodedImage& e) { return static_cast<size_t>(e.width) * e.height * 3; }
 
-// The part of an image nvJPEG decodes, in full-size pixels, and the factor its output is shrunk by (the engines'
-// DCT scaling: 1, 2, 4 or 8).
+// The part of an image nvJPEG writes, in full-size pixels.
 struct Region {
   int x = 0, y = 0, w = 0, h = 0;
-  int scale = 1;
-  int out_w() const { return w / scale; }
-  int out_h() const { return h / scale; }
-  size_t bytes() const { return (static_cast<size_t>(out_w()) * out_h() * 3 + 255) / 256 * 256; }
+  size_t bytes() const { return (static_cast<size_t>(w) * h * 3 + 255) / 256 * 256; }
 };
-
-nvjpegScaleFactor_t scale_factor(int scale) {
-  switch (scale) {
-    case 2: return NVJPEG_SCALE_1_BY_2;
-    case 4: return NVJPEG_SCALE_1_BY_4;
-    case 8: return NVJPEG_SCALE_1_BY_8;
-  }
-  return NVJPEG_SCALE_NONE;
-}
 
 // The crop in the image shrunk by its reduction, as the CPU path's region decode takes it (jpeg_region.cpp).
 data::CropBox shrunk_crop(const data::EncodedImage& e) {
@@ -83,10 +69,6 @@ Region crop_region(const data::EncodedImage& e) {
   Region g{c.x * r, c.y * r, 0, 0};
   g.w = std::min(c.w * r, e.width - g.x);
   g.h = std::min(c.h * r, e.height - g.y);
-  // Whole blocks under the crop: the engines shrink them themselves (their output is the shrunk crop, a quarter of
-  // the pixels or fewer for nvJPEG's per-image repacking kernel to write). A crop reaching a partial block at the
-  // image's edge keeps full-size pixels, averaged by crop_resize.cu.
-  if (r > 1 && g.w == c.w * r && g.h == c.h * r) g.scale = r;
   return g;
 }
 
@@ -265,7 +247,7 @@ struct JpegDecoder::Impl {
     auto destination = [&](size_t k) {
       nvjpegImage_t d{};
       d.channel[0] = decoded_to[k];
-      d.pitch[0] = static_cast<size_t>(region[k].out_w()) * 3;
+      d.pitch[0] = static_cast<size_t>(region[k].w) * 3;
       return d;
     };
     {
@@ -297,7 +279,6 @@ struct JpegDecoder::Impl {
         lengths.push_back(images[chunk[k]].bytes.size());
         destinations.push_back(destination(k));
         s = nvjpegDecodeParamsSetROI(params[b], region[k].x, region[k].y, region[k].w, region[k].h);
-        if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeParamsSetScaleFactor(params[b], scale_factor(region[k].scale));
       }
       if (state_used) C10_CUDA_CHECK(cudaEventSynchronize(state_done));
       if (s == NVJPEG_STATUS_SUCCESS) {
@@ -353,11 +334,6 @@ struct JpegDecoder::Impl {
       const int r = e.reduction;
       const data::CropBox c = shrunk_crop(e);
       const Region& g = region[k];  // its corner is a multiple of r: the crop relative to it stays whole blocks
-      if (g.scale > 1) {  // already shrunk: the output is the crop
-        jobs.push_back({decoded_to[k], g.out_w() * 3, g.out_w(), g.out_h(), 1, 0, 0, c.w, c.h, c.flip ? 1 : 0,
-                        static_cast<int>(chunk[k])});
-        continue;
-      }
       jobs.push_back({decoded_to[k], g.w * 3, g.w, g.h, r, c.x - g.x / r, c.y - g.y / r, c.w, c.h, c.flip ? 1 : 0,
                       static_cast<int>(chunk[k])});
     }
