@@ -11,6 +11,8 @@
 
 Usage: check_bench_references.py PINFEED_EXE REPO_ROOT.
 """
+import contextlib
+import io
 import json
 import pathlib
 import subprocess
@@ -36,6 +38,18 @@ def reference(implementation, precision, modes=("pageable",), row_fields=True):
             row.update({"compile": "+compile" in implementation, "precision": precision})
         rows.append(row)
     return {"meta": {"implementation": implementation.split("+")[0], "precision": precision}, "rows": rows}
+
+
+def run_main(main, argv):
+    """main(argv) with its output caught: the exit code (SystemExit's; 0 when it returns), stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return code, out.getvalue(), err.getvalue()
 
 
 def main():
@@ -109,21 +123,24 @@ def main():
         if [row["implementation"] for row in doc["rows"]] != ["pinfeed"]:
             fail(f"bench.json rows: {doc['rows']}")
 
-        # 3. The Python peers' options, checked before anything runs (torch, no torchvision needed).
+        # 3. The Python peers' options, checked before anything runs (torch, no torchvision needed): main() in this
+        # process, as `python reference_pytorch.py ARGS` runs it (one interpreter, one import of torch, for all).
         script = scripts / "reference_pytorch.py"
-        r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True)
-        if r.returncode != 0 or "--compile" not in r.stdout or "fp16" not in r.stdout:
-            fail(f"reference_pytorch.py --help: exit {r.returncode}\n{r.stdout}{r.stderr}")
-        for extra, expected in [(["--precision", "fp16"], "fp16 needs CUDA"),
-                                (["--modes", "pageable,dual_stream"], "not dual_stream"),
-                                (["--modes", "pageable,pinnned"], "unknown mode 'pinnned'")]:
-            r = subprocess.run([sys.executable, str(script), "--data", str(data), "--out", str(tmp / "x.json"),
-                                "--device", "cpu"] + extra, capture_output=True, text=True)
-            if r.returncode != 2 or expected not in r.stderr:
-                fail(f"reference_pytorch.py {' '.join(extra)}: exit {r.returncode}\n{r.stderr}")
         sys.path.insert(0, str(scripts))
         import reference_dali
         import reference_pytorch
+        code, out, err = run_main(reference_pytorch.main, ["--help"])
+        if code != 0 or "--compile" not in out or "fp16" not in out:
+            fail(f"reference_pytorch.py --help: exit {code}\n{out}{err}")
+        for extra, expected in [(["--precision", "fp16"], "fp16 needs CUDA"),
+                                (["--modes", "pageable,dual_stream"], "not dual_stream"),
+                                (["--modes", "pageable,pinnned"], "unknown mode 'pinnned'")]:
+            code, _, err = run_main(reference_pytorch.main, ["--data", str(data), "--out", str(tmp / "x.json"),
+                                                             "--device", "cpu"] + extra)
+            if code != 2 or expected not in err:
+                fail(f"reference_pytorch.py {' '.join(extra)}: exit {code}\n{err}")
+        if "torchvision" in sys.modules:
+            fail("reference_pytorch.py imported torchvision before refusing its options")
         args = reference_pytorch.parse_args(["--data", "x", "--out", "y", "--compile", "--precision", "fp16"])
         if not args.compile or reference_pytorch.variant("pytorch", args) != "pytorch+compile":
             fail(f"reference_pytorch.py --compile: {args}")

@@ -1,5 +1,7 @@
 // pinfeed eval, predict and train.init_from through the built executable: the figures they print, and one line with
-// a defined exit code for every file that is not a checkpoint. One tiny run trained once serves every test.
+// a defined exit code for every file that is not a checkpoint. One tiny run trained once serves every test: once per
+// process, or once per ctest run where PINFEED_CLI_EVAL_RUN names its folder (the CPU build under ctest: the test
+// TheRunEveryTestReads... trains it there, a fixture that ctest runs before the others, which only read it).
 // Built twice: on the CPU (label cpu), and with PINFEED_EVAL_DEVICE "cuda" (label gpu; skipped without CUDA).
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -38,15 +41,44 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 class CliEval : public ::testing::Test {
  protected:
-  // A 2-class dataset and 2 epochs of training on it, shared by every test of the suite.
   static void SetUpTestSuite() {
-    dir_ = fs::path(::testing::TempDir()) / ("pinfeed_cli_eval_" + std::to_string(::getpid()));
+    const std::string pid = std::to_string(::getpid());
+    scratch_ = fs::path(::testing::TempDir()) / ("pinfeed_cli_eval_scratch_" + pid);  // what each test writes
+    fs::remove_all(scratch_);
+    fs::create_directories(scratch_);
+    const char* shared = std::getenv("PINFEED_CLI_EVAL_RUN");
+    shared_ = shared && *shared;
+    dir_ = shared_ ? fs::path(shared) : fs::path(::testing::TempDir()) / ("pinfeed_cli_eval_" + pid);
+    config_ = (dir_ / "tiny.toml").string();
+    if (!shared_) train_the_run();
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(scratch_);
+    if (!shared_) fs::remove_all(dir_);
+  }
+  void SetUp() override {
+    if (shared_ && run_.empty() && !trains_the_shared_run()) {
+      std::ifstream stamp(dir_ / "run.txt");  // written once the run has trained
+      std::string run;
+      std::getline(stamp, run);
+      ASSERT_FALSE(run.empty()) << "no trained run in " << dir_ << ": CliEval.TheRunEveryTestReads... trains it";
+      run_ = run;
+    }
+    if (no_device_) GTEST_SKIP() << "no CUDA device";
+  }
+
+  static bool trains_the_shared_run() {
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    return test.rfind("TheRunEveryTestReads", 0) == 0;
+  }
+
+  // A 2-class dataset and 2 epochs of training on it, in dir_.
+  static void train_the_run() {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     const Outcome gen = pinfeed({"gen-data", "--out", (dir_ / "data").string(), "--classes", "2", "--train-per-class",
                                  "8", "--val-per-class", "3", "--size", "40x40", "--threads", "2"});
     ASSERT_EQ(gen.code, 0) << gen.output;
-    config_ = (dir_ / "tiny.toml").string();
     std::ofstream(config_) << "[data]\nroot = \"" << (dir_ / "data").string()
                            << "\"\nimage_size = 32\nworkers = 2\n[train]\ndevice = \"" PINFEED_EVAL_DEVICE "\"\nepochs = 2\nbatch_size = 4\n"
                               "lr = 0.01\nprecision = \"fp32\"\n[pipeline]\nwarmup_steps = 0\n[run]\nname = \"ev\"\n"
@@ -57,10 +89,7 @@ class CliEval : public ::testing::Test {
     if (no_device_) return;
     ASSERT_EQ(trained_.code, 0) << trained_.output;
     for (const auto& entry : fs::directory_iterator(dir_ / "runs")) run_ = entry.path();
-  }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
-  void SetUp() override {
-    if (no_device_) GTEST_SKIP() << "no CUDA device";
+    std::ofstream(dir_ / "run.txt") << run_.string() << "\n";
   }
 
   // The run's per-epoch rows.
@@ -80,11 +109,22 @@ class CliEval : public ::testing::Test {
     EXPECT_EQ(errors, 1) << r.output;
   }
 
-  static inline fs::path dir_, run_;
+  static inline fs::path dir_, run_, scratch_;  // the run's folder (read only), this process's own
   static inline std::string config_;
   static inline Outcome trained_;
+  static inline bool shared_ = false;     // dir_ is PINFEED_CLI_EVAL_RUN's
   static inline bool no_device_ = false;  // the gpu build on a machine without CUDA
 };
+
+// The run the other tests read: two epochs, each with its row, and both checkpoints.
+TEST_F(CliEval, TheRunEveryTestReadsTrainedTwoEpochsAndWroteBothCheckpoints) {
+  if (shared_) train_the_run();
+  if (no_device_) GTEST_SKIP() << "no CUDA device";
+  ASSERT_FALSE(run_.empty());
+  EXPECT_EQ(rows().size(), 2u);
+  EXPECT_TRUE(fs::exists(run_ / "last.pt"));
+  EXPECT_TRUE(fs::exists(run_ / "best.pt"));
+}
 
 TEST_F(CliEval, EvalOfTheLastCheckpointRepeatsTheLastEpochsValidation) {
   const Outcome r = pinfeed({"eval", "-c", config_, "--checkpoint", (run_ / "last.pt").string(), "--json"}, false);
@@ -150,7 +190,7 @@ TEST_F(CliEval, BestCheckpointHoldsTheEpochOfTheHighestValidationTop1) {
 }
 
 TEST_F(CliEval, PredictNamesTheClassesAndGoesOnPastABadImage) {
-  const fs::path images = dir_ / "predict";
+  const fs::path images = scratch_ / "predict";
   fs::create_directories(images);
   fs::copy(dir_ / "data" / "val", images, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
   std::ofstream(images / "broken.jpg") << "not a jpeg";
@@ -179,11 +219,12 @@ TEST_F(CliEval, PredictNamesTheClassesAndGoesOnPastABadImage) {
 }
 
 TEST_F(CliEval, InitFromStartsANewRunAndReinitialisesFcForAnotherClassCount) {
-  const Outcome gen = pinfeed({"gen-data", "--out", (dir_ / "three").string(), "--classes", "3", "--train-per-class",
-                               "4", "--val-per-class", "1", "--size", "40x40", "--threads", "2"});
+  const Outcome gen = pinfeed({"gen-data", "--out", (scratch_ / "three").string(), "--classes", "3",
+                               "--train-per-class", "4", "--val-per-class", "1", "--size", "40x40", "--threads", "2"});
   ASSERT_EQ(gen.code, 0) << gen.output;
-  const Outcome r = pinfeed({"train", "-c", config_, "data.root=\"" + (dir_ / "three").string() + "\"",
-                             "train.epochs=1", "run.name=\"ft\"", "train.init_from=\"" + (run_ / "best.pt").string() + "\""});
+  const Outcome r = pinfeed({"train", "-c", config_, "data.root=\"" + (scratch_ / "three").string() + "\"",
+                             "run.dir=\"" + (scratch_ / "runs").string() + "\"", "train.epochs=1", "run.name=\"ft\"",
+                             "train.init_from=\"" + (run_ / "best.pt").string() + "\""});
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("train.init_from: starting from the weights of"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("it has 2 classes, this run 3: fc is freshly initialised"), std::string::npos) << r.output;
@@ -191,7 +232,7 @@ TEST_F(CliEval, InitFromStartsANewRunAndReinitialisesFcForAnotherClassCount) {
 }
 
 TEST_F(CliEval, FilesThatAreNotCheckpointsGetOneLineAndAnExitCode) {
-  const fs::path bad = dir_ / "bad";
+  const fs::path bad = scratch_ / "bad";
   fs::create_directories(bad);
   std::ofstream(bad / "text.pt") << "hello";
   ASSERT_EQ(::mkfifo((bad / "fifo.pt").c_str(), 0600), 0);
@@ -213,7 +254,8 @@ TEST_F(CliEval, FilesThatAreNotCheckpointsGetOneLineAndAnExitCode) {
       {{"eval", "-c", config_, "--checkpoint", (bad / "text.pt").string()}, 2, "not a zip archive"},
       {{"eval", "-c", config_, "--checkpoint", (bad / "cut.pt").string()}, 3, "truncated"},
       {{"predict", "--checkpoint", (bad / "cut.pt").string(), "x.jpg"}, 3, "truncated"},
-      {{"train", "-c", config_, "train.init_from=\"" + (bad / "text.pt").string() + "\""}, 2, "not a zip archive"},
+      {{"train", "-c", config_, "run.dir=\"" + (scratch_ / "runs").string() + "\"",
+        "train.init_from=\"" + (bad / "text.pt").string() + "\""}, 2, "not a zip archive"},
   };
   for (const Case& c : cases) {
     const Outcome r = pinfeed(c.args);
