@@ -469,19 +469,21 @@ std::map<std::string, at::Tensor> all_state(const std::string& checkpoint) {
 }
 
 TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
-  const std::string root = test::make_dataset("dp_resume", 2, 40, 2, 32);  // 80 images: 10 steps of 2 x 4
+  // 200 images: 25 steps of 2 x 4 in its one epoch. A stop asked for at step 3 is voted on at step 10 and acted
+  // on at step 20 (StopVote), mid-epoch.
+  const std::string root = test::make_dataset("dp_resume", 2, 100, 2, 32);
   const std::string dir = test::fresh_dir("dp_resume_runs");
   const std::string config = tiny_config(dir, root);
   const std::string exe = PINFEED_EXE;
   // With the EMA of the weights: its BN statistics stay per rank until the epoch ends as the model's do.
   auto run = [&](const std::string& name, const std::vector<std::string>& more) {
     std::vector<std::string> argv{exe, "train", "-c", config, "run.name=\"" + name + "\"", "train.ema=true",
-                                  "train.ema_decay=0.5"};
+                                  "train.ema_decay=0.5", "train.epochs=1"};
     argv.insert(argv.end(), more.begin(), more.end());
     return test::run_ranks(2, argv, 300, {}, dir + "/" + name + "_rank");
   };
   for (const auto& e : run("whole", {})) ASSERT_EQ(e.code, 0) << read_text(dir + "/whole_rank0.log");
-  // Stop after 3 steps: the ranks agree at their next vote and save mid-epoch.
+  // Stop after 3 steps: the ranks agree at their votes and save mid-epoch.
   const auto stopped = run("split", {"--stop-after-steps", "3"});
   for (const auto& e : stopped) ASSERT_EQ(e.code, 130) << read_text(dir + "/split_rank0.log");
   for (const auto& e : run("split", {"--resume", "last"})) ASSERT_EQ(e.code, 0) << read_text(dir + "/split_rank0.log");
@@ -512,7 +514,10 @@ TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
   const nlohmann::json record = nlohmann::json::parse(read_text((split_dir / "run.json").string()));
   ASSERT_EQ(record.at("starts").size(), 2u);
   EXPECT_EQ(record["starts"][1].at("world_size"), 2);
-  EXPECT_NE(read_text((split_dir / "run.log").string()).find("resuming from"), std::string::npos);
+  const std::string log = read_text((split_dir / "run.log").string());
+  EXPECT_NE(log.find("resuming from"), std::string::npos);
+  EXPECT_NE(log.find("25 steps/epoch"), std::string::npos) << log;
+  EXPECT_NE(log.find("at epoch 1 step 20;"), std::string::npos) << log;  // mid-epoch: 20 of 25
   for (const auto& e : run("split", {"--resume", "last"})) ASSERT_EQ(e.code, 0) << read_text(dir + "/split_rank0.log");
   EXPECT_NE(read_text(dir + "/split_rank0.log").find("already finished all"), std::string::npos)
       << read_text(dir + "/split_rank0.log");
