@@ -45,7 +45,10 @@ def parse_args(argv=None):
     p.add_argument("--feeds", default="pinfeed,dali,dataloader")
     p.add_argument("--pinfeed-decoders", default="nvjpeg,cpu")
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--warmup", type=int, default=10, help="untimed steps per row (the loader's queues fill)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps per row (default: one pass over the files and 10 more, so that no row is timed "
+                        "in its first pass, where pinfeed's loader checks each JPEG once on the CPU as `pinfeed "
+                        "bench` does before timing)")
     p.add_argument("--steps", type=int, default=40, help="timed steps per row")
     p.add_argument("--hw-decoder-load", type=float, default=0.65, help="DALI mixed: share for the HW decoder")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager step (a smoke test)")
@@ -214,6 +217,9 @@ def main(argv=None):
     torch._dynamo.config.automatic_dynamic_shapes = False  # a static graph per image size
     args.train_root = train_dir(args.root)
     classes = classes_of(args.train_root)
+    if args.warmup is None:
+        files = sum(len(names) for _, _, names in os.walk(args.train_root, followlinks=True))
+        args.warmup = -(-files // args.batch_size) + 10
     feeds = list(args.feeds)
     if "dali" in feeds:
         try:
