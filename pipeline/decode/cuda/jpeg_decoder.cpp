@@ -100,6 +100,10 @@ struct JpegDecoder::Impl {
   // allocated there next (docs/gpu-decode.md#how-the-gpu-decoder-works). Each chunk places its images from the start.
   at::Tensor output_pool;
   size_t output_used = 0;
+  // The stream of the last call and an event after its work: a call on another stream waits for it (on the
+  // device) before reusing the output pool, which stream order alone protects on one stream.
+  cudaStream_t last_stream = nullptr;
+  cudaEvent_t last_done = nullptr;
   data::DecodeScratch scratch;  // CPU fallback
   std::vector<uint8_t> cpu_pixels;
   mutable std::mutex stats_mutex;
@@ -133,6 +137,10 @@ struct JpegDecoder::Impl {
       cudaEventSynchronize(state_done);
       cudaEventDestroy(state_done);
     }
+    if (last_done) {
+      cudaEventSynchronize(last_done);
+      cudaEventDestroy(last_done);
+    }
     for (nvjpegDecodeParams_t p : params) nvjpegDecodeParamsDestroy(p);
     params.clear();
     if (hardware_state) nvjpegJpegStateDestroy(hardware_state);
@@ -141,6 +149,7 @@ struct JpegDecoder::Impl {
     single = nullptr;
     hardware = nullptr;
     state_done = nullptr;
+    last_done = nullptr;
     hardware_state = nullptr;
   }
 
@@ -380,6 +389,10 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
   }
   const c10::cuda::CUDAStream cuda_stream(stream);
   const c10::cuda::CUDAStreamGuard guard(cuda_stream);  // the buffers below are allocated on, and used by, it
+  Impl& d = *impl_;
+  if (d.last_stream != nullptr && d.last_stream != cuda_stream.stream()) {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream.stream(), d.last_done, 0));
+  }
   JpegDecodeStats counts;
   std::vector<CropResizeJob> cpu_decoded;  // the samples whose pixels the workers made
   for (int64_t i = 0; i < count; ++i) {
@@ -401,6 +414,9 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
     chunk_bytes += bytes;
   }
   if (!chunk.empty()) impl_->decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
+  if (d.last_done == nullptr) C10_CUDA_CHECK(cudaEventCreateWithFlags(&d.last_done, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(d.last_done, cuda_stream.stream()));
+  d.last_stream = cuda_stream.stream();
   std::lock_guard<std::mutex> lock(impl_->stats_mutex);
   impl_->stats.hardware += counts.hardware;
   impl_->stats.hybrid += counts.hybrid;
