@@ -191,7 +191,8 @@ double resnet50_saved_elements_per_pixel(bool blurpool) {
 constexpr double kActivationMargin = 1.3;
 
 double activation_bytes(int64_t batch, int64_t image_size, int element_bytes, bool blurpool) {
-  static const double plain = resnet50_saved_elements_per_pixel(false), blurred = resnet50_saved_elements_per_pixel(true);
+  static const double plain = resnet50_saved_elements_per_pixel(false);
+  static const double blurred = resnet50_saved_elements_per_pixel(true);
   const double per_pixel = blurpool ? blurred : plain;
   return static_cast<double>(batch) * static_cast<double>(image_size) * static_cast<double>(image_size) * per_pixel *
          kActivationMargin * element_bytes;
