@@ -19,7 +19,7 @@
 #   DATA         ImageFolder with train/ and val/ (default: generated once under ~/.cache/pinfeed/datasets:
 #                TTA_CLASSES x (TTA_TRAIN + TTA_VAL) photo-like JPEGs of TTA_SIZE, default 100 x (500 + 50), 500x375)
 # OUT_DIR gets each run's log, pinfeed's run folders, every run's stamped JSON lines (pinfeed-seedN.jsonl,
-# python-seedN.jsonl), tta.md and tta.json.
+# python-seedN.jsonl), tta.md, tta.json and (with matplotlib) tta.png.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 usage="usage: scripts/time_to_accuracy.sh OUT_DIR [section.key=value ...]"
@@ -99,6 +99,8 @@ done
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
 note="${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${EXTRA:+ with $EXTRA}${*:+ $*}; data $(basename "$data") ($n_train train, $n_val val images, $n_classes classes); Python: reference_train.py --loader $loader --workers $workers${compile_flag:+ --compile (compile cache $cache_mode)}, torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/time_to_accuracy.sh, $(($(date +%s) - start)) s for all runs."
+png=()
+"$python" -c 'import matplotlib' 2>/dev/null && png=(--png "$out/tta.png")
 "$python" "$repo/scripts/tta_table.py" --pinfeed "${pinfeed_files[@]}" --python "${python_files[@]}" \
-  --seeds "${seeds[@]}" --md "$out/tta.md" --json "$out/tta.json" --note "$note"
-log "table in $out/tta.md and $out/tta.json"
+  --seeds "${seeds[@]}" --md "$out/tta.md" --json "$out/tta.json" "${png[@]}" --note "$note"
+log "table in $out/tta.md and $out/tta.json${png:+, curves in $out/tta.png}"

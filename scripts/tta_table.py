@@ -2,7 +2,7 @@
 """Time to accuracy: how soon pinfeed reaches the Python stack's final top-1, seed by seed, from per-epoch files.
 
     tta_table.py --pinfeed p0.jsonl p1.jsonl ... --python r0.jsonl r1.jsonl ... [--seeds 0 1 ...]
-                 [--md tta.md] [--json tta.json] [--tolerance POINTS] [--note TEXT]
+                 [--md tta.md] [--json tta.json] [--png tta.png] [--tolerance POINTS] [--note TEXT]
 
 Each file: one run's JSON lines, one per epoch, with val_top1 (a fraction) and a wall clock, the first of
 - launch_s: seconds from the process's launch to the line (scripts/timed_run.py stamps it, the same way for both),
@@ -20,7 +20,10 @@ The files pair up by position (the i-th of each side is seed i).
   mean times;
 - the final top-1 gap (pinfeed - Python, points) with the standard error of the difference of the means, and
   whether it is within 1 point and within that standard error.
-Exit code 2 on unreadable input or unequal numbers of runs; 0 otherwise (the verdicts are in the table).
+The JSON holds every figure and each run's curve (top-1 and clock per epoch); --png draws those curves, top-1
+against the clock, pinfeed solid and the Python stack dashed, a colour per seed, the target dotted.
+Exit code 2 on unreadable input or unequal numbers of runs, 3 when --png cannot be drawn (matplotlib missing);
+0 otherwise (the verdicts are in the table).
 """
 import argparse
 import json
@@ -99,7 +102,9 @@ def summarise(pinfeed, python, seeds, tolerance):
     gap_se = math.sqrt(sum(s * s for s in ses)) if None not in ses else None
     ratio = (summary["python_ref_s"]["mean"] / summary["pinfeed_s"]["mean"]
              if reached == len(rows) and summary["pinfeed_s"]["mean"] else None)
-    return {"target_top1": target, "tolerance_points": tolerance, "seeds": rows, "summary": summary,
+    curves = [{"seed": seed, "pinfeed": {"wall": pf["wall"], "top1": pf["top1"]},
+               "python": {"wall": py["wall"], "top1": py["top1"]}} for seed, pf, py in zip(seeds, pinfeed, python)]
+    return {"target_top1": target, "tolerance_points": tolerance, "seeds": rows, "summary": summary, "curves": curves,
             "pinfeed_reached": reached, "runs": len(rows), "ratio_of_mean_times": ratio,
             "top1_gap_points": 100 * gap, "top1_gap_se_points": None if gap_se is None else 100 * gap_se,
             "gap_within_1_point": abs(100 * gap) <= 1.0,
@@ -160,6 +165,31 @@ def markdown(res, note):
     return "\n".join(lines) + "\n"
 
 
+def chart(res, path, title):
+    """Top-1 (%) against the clock (s), both sides of every seed; writes path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from plot_parity import seed_colours
+    fig, ax = plt.subplots(figsize=(8, 5))
+    runs = [(side, c) for c in res["curves"] for side in ("pinfeed", "python")]
+    colours = seed_colours([f"{side} seed {c['seed']}" for side, c in runs], plt)
+    for (side, c), colour in zip(runs, colours):
+        ax.plot(c[side]["wall"], [100 * v for v in c[side]["top1"]], "-" if side == "pinfeed" else "--", marker="o",
+                ms=3, color=colour, label=f"{'pinfeed' if side == 'pinfeed' else 'Python'} seed {c['seed']}")
+    ax.axhline(100 * res["target_top1"], color="grey", linestyle=":", label="target (Python's mean final top-1)")
+    ax.set_xlabel("seconds from launch" if all("launch" in c for c in res["clock"]["pinfeed"] + res["clock"]["python"])
+                  else "seconds (see the table's clocks)")
+    ax.set_xlim(left=0)  # the launch
+    ax.set_ylabel("val top-1 %")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return fig
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pinfeed", nargs="+", required=True, help="pinfeed's per-epoch files, one per seed")
@@ -169,7 +199,15 @@ def main():
     p.add_argument("--md", help="write the markdown table here (it goes to stdout too)")
     p.add_argument("--json", help="write every figure here")
     p.add_argument("--note", default="", help="a line under the table: machine, recipe, data")
+    p.add_argument("--png", help="draw top-1 against the clock for every run here (needs matplotlib)")
     args = p.parse_args()
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print(f"error: cannot draw {args.png}: matplotlib is missing from {sys.executable} (scripts/setup.sh "
+                  "installs it into its venv)", file=sys.stderr)
+            return 3
     seeds = args.seeds or [str(i) for i in range(len(args.pinfeed))]
     if not len(args.pinfeed) == len(args.python) == len(seeds):
         print(f"error: {len(args.pinfeed)} pinfeed runs, {len(args.python)} Python runs and {len(seeds)} seeds: "
@@ -191,6 +229,9 @@ def main():
         with open(args.json, "w") as f:
             json.dump(res | {"note": args.note, "files": {"pinfeed": args.pinfeed, "python": args.python}}, f,
                       indent=2)
+    if args.png:
+        chart(res, args.png, f"Time to accuracy: pinfeed (solid) and the Python stack (dashed); speed-up "
+                             f"{times(res['summary']['speedup']['mean'])}")
     return 0
 
 

@@ -80,6 +80,20 @@ def check_table(repo, tmp):
              f"{res['gap_within_se']}")
     if "not reached" in text or "100.0 (end, below)" not in text or "**4.27x ± 0.27**" not in text:
         fail(f"markdown:\n{text}")
+    curves = res["curves"]
+    if [c["seed"] for c in curves] != ["0", "1"] or curves[0]["pinfeed"] != {"wall": [10, 20, 30],
+                                                                            "top1": [0.50, 0.80, 0.83]} \
+            or curves[1]["python"]["wall"] != [40, 70, 100]:
+        fail(f"curves: {curves}")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("matplotlib is not importable: --png is not checked")
+    else:
+        png = tmp / "tta.png"
+        code, _, text = table(repo, tmp, p, r, "--seeds", "0", "1", "--png", str(png))
+        if code != 0 or not png.exists() or png.read_bytes()[:8] != b"\x89PNG\r\n\x1a\n":
+            fail(f"--png: exit {code}, {png} {'written' if png.exists() else 'missing'}: {text}")
 
     # pinfeed never reaches a higher target; the gap is beyond 1 point and beyond its standard error.
     r_hi = [write_run(tmp / "r2.jsonl", [(0.5, 40), (0.90, 80)]), write_run(tmp / "r3.jsonl", [(0.5, 40), (0.91, 80)])]
