@@ -102,5 +102,6 @@ note="${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${EXTRA:+ with $EXTRA
 png=()
 "$python" -c 'import matplotlib' 2>/dev/null && png=(--png "$out/tta.png")
 "$python" "$repo/scripts/tta_table.py" --pinfeed "${pinfeed_files[@]}" --python "${python_files[@]}" \
-  --seeds "${seeds[@]}" --md "$out/tta.md" --json "$out/tta.json" "${png[@]}" --note "$note"
+  --seeds "${seeds[@]}" --md "$out/tta.md" --json "$out/tta.json" "${png[@]}" --note "$note" \
+  --images "$n_train" "$n_val" --project 1281167 50000  # ImageNet-1k's train and val images
 log "table in $out/tta.md and $out/tta.json${png:+, curves in $out/tta.png}"

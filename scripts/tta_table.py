@@ -19,7 +19,9 @@ The files pair up by position (the i-th of each side is seed i).
   error over seeds of each figure (standard error = sample standard deviation / sqrt(n)) and the ratio of the
   mean times;
 - the final top-1 gap (pinfeed - Python, points) with the standard error of the difference of the means, and
-  whether it is within 1 point and within that standard error.
+  whether it is within 1 point and within that standard error;
+- with --images and --project, each run's time projected to another dataset's size (project() says how),
+  labelled as a projection.
 The JSON holds every figure and each run's curve (top-1 and clock per epoch); --png draws those curves, top-1
 against the clock, pinfeed solid and the Python stack dashed, a colour per seed, the target dotted.
 Exit code 2 on unreadable input or unequal numbers of runs, 3 when --png cannot be drawn (matplotlib missing);
@@ -61,6 +63,7 @@ def read_run(path):
     else:
         walls = [r[key] for r in rows]
     return {"path": path, "top1": [r["val_top1"] for r in rows], "wall": walls, "clock": label,
+            "rates": [r.get("samples_per_s") for r in rows], "eval_s": [r.get("eval_s") for r in rows],
             "samples_per_s": statistics.median(r["samples_per_s"] for r in rows if r.get("samples_per_s"))
             if any(r.get("samples_per_s") for r in rows) else None}
 
@@ -73,6 +76,18 @@ def time_to(run, target):
     return None, None
 
 
+def project(run, images, target):
+    """Seconds a run would take with target = (train, val) images instead of images = (train, val): each epoch's
+    training at its own rate plus its evaluation scaled by the val images, plus the run's overhead (its last clock
+    less that steady-state time: start-up, compilation, graph captures, warm-up steps, checkpoint saves), which is
+    taken not to grow with the data. None where an epoch lacks a rate or an evaluation time."""
+    if any(v is None for v in run["rates"] + run["eval_s"]) or not all(images):
+        return None
+    steady = lambda n_train, n_val: sum(n_train / r + e * n_val / images[1]  # noqa: E731
+                                        for r, e in zip(run["rates"], run["eval_s"]))
+    return run["wall"][-1] - steady(*images) + steady(*target)
+
+
 def mean_se(values):
     values = [v for v in values if v is not None]
     if not values:
@@ -80,7 +95,7 @@ def mean_se(values):
     return statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
 
 
-def summarise(pinfeed, python, seeds, tolerance):
+def summarise(pinfeed, python, seeds, tolerance, images=None, target_images=None):
     finals_py = [r["top1"][-1] for r in python]
     target = statistics.fmean(finals_py) - tolerance / 100
     rows = []
@@ -92,10 +107,13 @@ def summarise(pinfeed, python, seeds, tolerance):
                      "pinfeed_s": pf_t, "pinfeed_epoch": pf_epoch, "python_s": py_t, "python_epoch": py_epoch,
                      "python_ref_s": py_ref, "pinfeed_total_s": pf["wall"][-1], "python_total_s": py["wall"][-1],
                      "speedup": py_ref / pf_t if pf_t else None,
-                     "pinfeed_samples_per_s": pf["samples_per_s"], "python_samples_per_s": py["samples_per_s"]})
+                     "pinfeed_samples_per_s": pf["samples_per_s"], "python_samples_per_s": py["samples_per_s"],
+                     "pinfeed_projected_s": project(pf, images, target_images) if target_images else None,
+                     "python_projected_s": project(py, images, target_images) if target_images else None})
     summary = {k: dict(zip(("mean", "se"), mean_se([r[k] for r in rows])))
                for k in ("pinfeed_top1", "python_top1", "pinfeed_s", "python_s", "python_ref_s", "pinfeed_total_s",
-                         "python_total_s", "speedup", "pinfeed_samples_per_s", "python_samples_per_s")}
+                         "python_total_s", "speedup", "pinfeed_samples_per_s", "python_samples_per_s",
+                         "pinfeed_projected_s", "python_projected_s")}
     reached = sum(r["pinfeed_s"] is not None for r in rows)
     gap = summary["pinfeed_top1"]["mean"] - summary["python_top1"]["mean"]
     ses = [summary[k]["se"] for k in ("pinfeed_top1", "python_top1")]
@@ -105,6 +123,7 @@ def summarise(pinfeed, python, seeds, tolerance):
     curves = [{"seed": seed, "pinfeed": {"wall": pf["wall"], "top1": pf["top1"]},
                "python": {"wall": py["wall"], "top1": py["top1"]}} for seed, pf, py in zip(seeds, pinfeed, python)]
     return {"target_top1": target, "tolerance_points": tolerance, "seeds": rows, "summary": summary, "curves": curves,
+            "images": images, "projected_images": target_images,
             "pinfeed_reached": reached, "runs": len(rows), "ratio_of_mean_times": ratio,
             "top1_gap_points": 100 * gap, "top1_gap_se_points": None if gap_se is None else 100 * gap_se,
             "gap_within_1_point": abs(100 * gap) <= 1.0,
@@ -160,6 +179,14 @@ def markdown(res, note):
                  f", {'within' if res['gap_within_se'] else 'beyond'} the standard error") + ".",
               f"- Training samples/s, median over epochs: pinfeed {pm(s['pinfeed_samples_per_s'], lambda v: f'{v:.0f}')}"
               f", Python {pm(s['python_samples_per_s'], lambda v: f'{v:.0f}')}."]
+    if s["pinfeed_projected_s"]["mean"] is not None and s["python_projected_s"]["mean"] is not None:
+        minutes = lambda v: f"{v / 60:.1f} min"  # noqa: E731
+        n_train, n_val = res["projected_images"]
+        lines.append(f"- Projected, not measured: the whole run with {n_train:,} training and {n_val:,} validation "
+                     f"images (each epoch at its measured rate and evaluation time, scaled; the overhead as "
+                     f"measured): pinfeed {pm(s['pinfeed_projected_s'], minutes)}, Python "
+                     f"{pm(s['python_projected_s'], minutes)} "
+                     f"({times(s['python_projected_s']['mean'] / s['pinfeed_projected_s']['mean'])}).")
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
@@ -200,6 +227,9 @@ def main():
     p.add_argument("--json", help="write every figure here")
     p.add_argument("--note", default="", help="a line under the table: machine, recipe, data")
     p.add_argument("--png", help="draw top-1 against the clock for every run here (needs matplotlib)")
+    p.add_argument("--images", nargs=2, type=int, metavar=("TRAIN", "VAL"), help="the runs' training and val images")
+    p.add_argument("--project", nargs=2, type=int, metavar=("TRAIN", "VAL"),
+                   help="with --images: each run's time projected to these many images (e.g. 1281167 50000)")
     args = p.parse_args()
     if args.png:
         try:
@@ -219,7 +249,10 @@ def main():
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    res = summarise(pinfeed, python, seeds, args.tolerance)
+    if args.project and not args.images:
+        print("error: --project needs --images (the runs' own numbers of images)", file=sys.stderr)
+        return 2
+    res = summarise(pinfeed, python, seeds, args.tolerance, args.images, args.project)
     md = markdown(res, args.note)
     print(md, end="")
     if args.md:

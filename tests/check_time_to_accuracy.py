@@ -107,6 +107,18 @@ def check_table(repo, tmp):
     if code != 0 or res["seeds"][0]["pinfeed_s"] != 20:
         fail(f"--tolerance 11: {res and res['seeds'][0]}")
 
+    # A projection to 2,000 + 200 images from runs of 1,000 + 100: epochs at 100 and 200 samples/s with 1 s of
+    # evaluation each, 30 s in all: 17 s steady, 13 s overhead; projected 13 + (20 + 2) + (10 + 2) = 47 s.
+    proj = tmp / "proj.jsonl"
+    proj.write_text("".join(json.dumps({"epoch": e, "val_top1": 0.5, "launch_s": w, "samples_per_s": rate,
+                                        "eval_s": 1.0}) + "\n" for e, w, rate in ((1, 15.0, 100), (2, 30.0, 200))))
+    code, res, text = table(repo, tmp, [str(proj)], [str(proj)], "--images", "1000", "100", "--project", "2000", "200")
+    if code != 0 or not math.isclose(res["seeds"][0]["pinfeed_projected_s"], 47.0) \
+            or "Projected, not measured" not in text or "0.8 min" not in text:
+        fail(f"projection: exit {code}, {res and res['seeds'][0]}\n{text}")
+    if table(repo, tmp, [str(proj)], [str(proj)], "--project", "2000", "200")[0] != 2:
+        fail("--project without --images was accepted")
+
     # The clock: launch_s before wall_s; without either, the running sum of epoch_s (5 s an epoch).
     both = tmp / "both.jsonl"
     both.write_text("".join(json.dumps({"epoch": e, "val_top1": v, "launch_s": 100.0 * e, "wall_s": 1.0 * e,
