@@ -83,8 +83,8 @@ def project(run, images, target):
     taken not to grow with the data. None where an epoch lacks a rate or an evaluation time."""
     if any(v is None for v in run["rates"] + run["eval_s"]) or not all(images):
         return None
-    steady = lambda n_train, n_val: sum(n_train / r + e * n_val / images[1]  # noqa: E731
-                                        for r, e in zip(run["rates"], run["eval_s"]))
+    def steady(n_train, n_val):  # training at each epoch's rate, evaluation scaled by the val images
+        return sum(n_train / r + e * n_val / images[1] for r, e in zip(run["rates"], run["eval_s"]))
     return run["wall"][-1] - steady(*images) + steady(*target)
 
 

@@ -62,8 +62,9 @@ class JpegDecoder {
   // decoded by nvJPEG; the others are read from pixels[i], where the CPU's uint8 pixels already are (pixels:
   // (B >= count, S, S, 3) uint8, contiguous, on the device; a file nvJPEG refuses is decoded on the CPU into its
   // place there too). The host returns once the work is issued (and nvJPEG's host-side parsing done); buffers are
-  // stream-ordered, and a call on another stream than the last one's waits on the device for that one's work. Throws std::runtime_error only if even the CPU fallback fails for a file (libjpeg checked
-  // it before). Called from one thread at a time.
+  // stream-ordered, and a call on another stream than the last one's waits on the device for that one's work.
+  // Throws std::runtime_error only if even the CPU fallback fails for a file (libjpeg checked it before). Called
+  // from one thread at a time.
   void decode(const data::EncodedImage* images, int64_t count, const at::Tensor& pixels, const at::Tensor& out,
               const c10::Stream& stream);
 

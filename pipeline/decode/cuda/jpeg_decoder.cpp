@@ -363,13 +363,14 @@ JpegDecoder::~JpegDecoder() = default;
 
 void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const at::Tensor& pixels,
                          const at::Tensor& out, const c10::Stream& stream) {
+  Impl& d = *impl_;
   if (!pixels.is_cuda() || pixels.scalar_type() != at::kByte || !pixels.is_contiguous() || pixels.dim() != 4 ||
       pixels.size(0) < count || pixels.size(1) != pixels.size(2) || pixels.size(3) != 3) {
     throw std::invalid_argument("JpegDecoder::decode: pixels must be a contiguous (B, S, S, 3) uint8 CUDA tensor");
   }
   // The batch's side (a resolution schedule changes it by epoch): the crops are resized to it.
   const int64_t s = pixels.size(1);
-  impl_->transform.size = static_cast<int>(s);
+  d.transform.size = static_cast<int>(s);
   const bool bytes = out.scalar_type() == at::kByte;
   if (!out.is_cuda() || (out.scalar_type() != at::kFloat && out.scalar_type() != at::kHalf && !bytes) ||
       out.dim() != 4 || out.size(0) != count || (out.size(1) != 3 && (out.size(1) != 4 || bytes)) ||
@@ -380,7 +381,7 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
   }
   ModelInput input{out.data_ptr(), out.scalar_type() == at::kHalf, bytes, static_cast<int>(out.size(1)),
                    out.stride(0),  out.stride(1), out.stride(2), out.stride(3), {}, {}};
-  const data::PixelAffine affine = data::uint8_normalisation(impl_->transform);
+  const data::PixelAffine affine = data::uint8_normalisation(d.transform);
   std::copy(affine.scale, affine.scale + 3, input.scale);
   std::copy(affine.shift, affine.shift + 3, input.shift);
   if (bytes) {  // the pixels themselves: u * 1 + 0
@@ -389,43 +390,42 @@ void JpegDecoder::decode(const data::EncodedImage* images, int64_t count, const 
   }
   const c10::cuda::CUDAStream cuda_stream(stream);
   const c10::cuda::CUDAStreamGuard guard(cuda_stream);  // the buffers below are allocated on, and used by, it
-  Impl& d = *impl_;
   if (d.last_stream != nullptr && d.last_stream != cuda_stream.stream()) {
     C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream.stream(), d.last_done, 0));
   }
   JpegDecodeStats counts;
   std::vector<CropResizeJob> cpu_decoded;  // the samples whose pixels the workers made
   for (int64_t i = 0; i < count; ++i) {
-    if (images[i].kind == data::JpegRoute::kCpu) cpu_decoded.push_back(impl_->pixels_job(pixels, i));
+    if (images[i].kind == data::JpegRoute::kCpu) cpu_decoded.push_back(d.pixels_job(pixels, i));
   }
-  impl_->resize_into(cpu_decoded, input, cuda_stream.stream());
+  d.resize_into(cpu_decoded, input, cuda_stream.stream());
   // Chunks of images whose full-size RGB fits the budget (an image over it alone is a chunk of its own).
   std::vector<int64_t> chunk;
   size_t chunk_bytes = 0;
   for (int64_t i = 0; i < count; ++i) {
     if (images[i].kind == data::JpegRoute::kCpu) continue;
     const size_t bytes = rgb_bytes(images[i]);
-    if (!chunk.empty() && chunk_bytes + bytes > static_cast<size_t>(impl_->budget_bytes)) {
-      impl_->decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
+    if (!chunk.empty() && chunk_bytes + bytes > static_cast<size_t>(d.budget_bytes)) {
+      d.decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
       chunk.clear();
       chunk_bytes = 0;
     }
     chunk.push_back(i);
     chunk_bytes += bytes;
   }
-  if (!chunk.empty()) impl_->decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
+  if (!chunk.empty()) d.decode_chunk(images, chunk, pixels, input, cuda_stream.stream(), counts);
   if (d.last_done == nullptr) C10_CUDA_CHECK(cudaEventCreateWithFlags(&d.last_done, cudaEventDisableTiming));
   C10_CUDA_CHECK(cudaEventRecord(d.last_done, cuda_stream.stream()));
   d.last_stream = cuda_stream.stream();
-  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
-  impl_->stats.hardware += counts.hardware;
-  impl_->stats.hybrid += counts.hybrid;
-  impl_->stats.cpu_fallback += counts.cpu_fallback;
-  impl_->stats.peak_buffer_bytes = std::max(impl_->stats.peak_buffer_bytes, counts.peak_buffer_bytes);
+  std::lock_guard<std::mutex> lock(d.stats_mutex);
+  d.stats.hardware += counts.hardware;
+  d.stats.hybrid += counts.hybrid;
+  d.stats.cpu_fallback += counts.cpu_fallback;
+  d.stats.peak_buffer_bytes = std::max(d.stats.peak_buffer_bytes, counts.peak_buffer_bytes);
   if (counts.pool_images > 0) {
-    impl_->stats.pool_images = counts.pool_images;
-    impl_->stats.pool_width = counts.pool_width;
-    impl_->stats.pool_height = counts.pool_height;
+    d.stats.pool_images = counts.pool_images;
+    d.stats.pool_width = counts.pool_width;
+    d.stats.pool_height = counts.pool_height;
   }
 }
 
