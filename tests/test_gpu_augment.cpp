@@ -14,6 +14,7 @@
 
 #include "data/dataset/image_folder.h"
 #include "pipeline/augment/augmenter.h"
+#include "pipeline/augment/normalise_mix.h"
 #include "pipeline/transfer/feeder.h"
 #include "test_util.h"
 
@@ -93,8 +94,43 @@ TEST(AugmentGpu, AugmenterOnCudaMatchesTheCpuForTheSameDraws) {
   }
 }
 
-TEST(AugmentGpu, DualStreamFeederAugmentsAsTheCpuFeeder) {
+// The tensor's bits, NCHW order, on the CPU: equal also tells -0 from +0.
+at::Tensor bits(const at::Tensor& t) {
+  return t.contiguous().view(t.element_size() == 2 ? at::kShort : at::kInt).cpu();
+}
+
+TEST(AugmentGpu, FusedNormaliseMixWritesTheAtenChainsBits) {
   SKIP_WITHOUT_CUDA();
+  const int n = 7, side = 40;  // odd: the middle image mixes with itself
+  const data::PixelAffine affine = data::uint8_normalisation(data::TransformOptions{});
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(kCuda);
+  const at::Tensor scale = at::tensor(std::vector<float>(affine.scale, affine.scale + 3)).view({1, 3, 1, 1}).to(f32);
+  const at::Tensor shift = at::tensor(std::vector<float>(affine.shift, affine.shift + 3)).view({1, 3, 1, 1}).to(f32);
+  const at::Tensor pixels = at::randint(0, 256, {n, side, side, 3}, at::TensorOptions().dtype(at::kByte)).to(kCuda);
+  MixDraw mixup, cutmix;
+  mixup.lam = mixup.beta = 0.6180339887498949;  // neither lam nor 1 - lam a float
+  cutmix.cutmix = true;
+  cutmix.yl = 3, cutmix.yh = 29, cutmix.xl = 17, cutmix.xh = 40;  // one edge on the image's
+  cutmix.lam = 1.0 - 26.0 * 23.0 / (side * side);
+  const std::pair<const char*, MixDraw> draws[] = {{"none", MixDraw{}}, {"mixup", mixup}, {"cutmix", cutmix}};
+  for (const auto& [name, draw] : draws) {
+    for (const auto& [dtype, channels] : {std::pair{at::kHalf, 4}, std::pair{at::kFloat, 3}, std::pair{at::kHalf, 3},
+                                          std::pair{at::kFloat, 4}}) {
+      at::Tensor chain = normalise(pixels, scale, shift);
+      at::Tensor labels = at::randint(0, 10, {n}, at::TensorOptions().dtype(at::kLong).device(kCuda));
+      mix(chain, labels, draw, 10, 0.1);
+      chain = model_input(chain, channels, dtype);
+      const at::Tensor fused = normalise_mix(pixels, affine, draw, channels, dtype, gpu::current_stream(kCuda));
+      ASSERT_EQ(fused.sizes(), chain.sizes()) << name;
+      EXPECT_EQ(fused.scalar_type(), dtype) << name;
+      EXPECT_TRUE(fused.is_contiguous(at::MemoryFormat::ChannelsLast)) << name;
+      EXPECT_TRUE(at::equal(bits(fused), bits(chain))) << name << " " << dtype << " " << channels << " channels";
+    }
+  }
+}
+
+// The CUDA Feeder (dual stream) against the CPU Feeder, both augmenting with `o` on a tiny ImageFolder.
+void expect_cuda_feeder_augments_as_cpu(AugmentOptions o) {
   const std::string root = test::make_dataset("gpu_augment", 3, 8, 0, 48);
   data::TransformOptions t;
   t.size = 32;
@@ -104,7 +140,6 @@ TEST(AugmentGpu, DualStreamFeederAugmentsAsTheCpuFeeder) {
   lo.batch_size = 4;
   lo.workers = 2;
   lo.seed = 4;
-  AugmentOptions o = every_augmentation("trivial");
   o.num_classes = 3;
   PipelineOptions cpu_mode;
   cpu_mode.transfer_dtype = TransferDtype::kUint8;
@@ -128,6 +163,18 @@ TEST(AugmentGpu, DualStreamFeederAugmentsAsTheCpuFeeder) {
   }
   EXPECT_EQ(batches, 6);
   EXPECT_FALSE(cuda.next());
+}
+
+TEST(AugmentGpu, DualStreamFeederAugmentsAsTheCpuFeeder) {
+  SKIP_WITHOUT_CUDA();
+  expect_cuda_feeder_augments_as_cpu(every_augmentation("trivial"));
+}
+
+TEST(AugmentGpu, DualStreamFeederWithoutErasingMixesInOneKernelAsTheCpuFeeder) {
+  SKIP_WITHOUT_CUDA();
+  AugmentOptions o = every_augmentation("trivial");
+  o.erasing_p = 0;  // the CUDA Feeder's fused kernel (normalise_mix.h), the CPU's ATen chain
+  expect_cuda_feeder_augments_as_cpu(o);
 }
 
 }  // namespace

@@ -150,4 +150,8 @@ void Augmenter::apply_batch(at::Tensor& images, at::Tensor& labels, const BatchD
   if (options_.mixing()) mix(images, labels, d.mix, options_.num_classes, options_.label_smoothing);
 }
 
+void Augmenter::apply_labels(at::Tensor& labels, const BatchDraws& d) const {
+  if (options_.mixing()) labels = soft_targets(labels, d.mix, options_.num_classes, options_.label_smoothing);
+}
+
 }  // namespace pinfeed::pipeline::augment

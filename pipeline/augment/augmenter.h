@@ -58,6 +58,8 @@ class Augmenter {
   // Erasing, then Mixup/CutMix on the normalised batch (B, C, S, S) floating: images replaced or changed in
   // place, labels (B,) int64 replaced by (B, num_classes) float32 soft targets when mixing.
   void apply_batch(at::Tensor& images, at::Tensor& labels, const BatchDraws& draws, const DeviceDraws& device_draws) const;
+  // apply_batch's labels alone, for a batch whose images normalise_mix.h mixed (no erasing).
+  void apply_labels(at::Tensor& labels, const BatchDraws& draws) const;
 
  private:
   const OpSpace& space(int side) const;

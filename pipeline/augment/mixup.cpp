@@ -76,11 +76,15 @@ void mix(at::Tensor& images, at::Tensor& labels, const MixDraw& d, int64_t num_c
     // x_flipped = x.flip(0).mul_(1 - lam); x.mul_(lam).add_(x_flipped)
     images = at::add(images.mul(d.lam), images.flip(0).mul(1.0 - d.lam));
   }
+  labels = soft_targets(labels, d, num_classes, smoothing);
+}
+
+at::Tensor soft_targets(const at::Tensor& labels, const MixDraw& d, int64_t num_classes, double smoothing) {
   // mixup_target: one_hot(target, on = 1 - smoothing + off, off = smoothing / classes), y1 lam + y2 (1 - lam)
   const double off = smoothing / static_cast<double>(num_classes), on = 1.0 - smoothing + off;
   const at::Tensor y1 = at::full({labels.size(0), num_classes}, off, labels.options().dtype(at::kFloat))
                             .scatter_(1, labels.view({-1, 1}), on);
-  labels = at::add(y1.mul(d.lam), y1.flip(0).mul(1.0 - d.lam));
+  return at::add(y1.mul(d.lam), y1.flip(0).mul(1.0 - d.lam));
 }
 
 }  // namespace pinfeed::pipeline::augment

@@ -32,5 +32,7 @@ double sample_beta(double a, data::SampleRng& rng);
 // replaced by (B, num_classes) float32 soft targets (mixup_target: one_hot with smoothing, then y1 lam +
 // y1.flip(0) (1 - lam)), also for a batch left unmixed.
 void mix(at::Tensor& images, at::Tensor& labels, const MixDraw& draw, int64_t num_classes, double label_smoothing);
+// mix()'s labels alone: (B,) int64 class indices -> (B, num_classes) float32 soft targets.
+at::Tensor soft_targets(const at::Tensor& labels, const MixDraw& draw, int64_t num_classes, double label_smoothing);
 
 }  // namespace pinfeed::pipeline::augment

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "data/error.h"
+#include "pipeline/augment/normalise_mix.h"
 #include "pipeline/error_text.h"
 
 namespace pinfeed::pipeline {
@@ -67,7 +68,8 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
   const auto& t = loader_->dataset().transform();
   if (options_.transfer_dtype == TransferDtype::kUint8) {
     // One multiply that also casts, one add, both on the device (the GPU decoder's kernel does its own).
-    const data::PixelAffine a = data::uint8_normalisation(t);
+    affine_ = data::uint8_normalisation(t);
+    const data::PixelAffine& a = affine_;
     scale_ = at::tensor(std::vector<float>(a.scale, a.scale + 3)).view({1, 3, 1, 1}).to(feeder_options_.device);
     shift_ = at::tensor(std::vector<float>(a.shift, a.shift + 3)).view({1, 3, 1, 1}).to(feeder_options_.device);
   }
@@ -233,7 +235,8 @@ std::optional<DeviceBatch> Feeder::next_copied(const c10::Stream& consumer) {
   return std::move(item.batch);
 }
 
-at::Tensor Feeder::to_model_layout(at::Tensor images, at::Tensor& labels, const data::Batch& batch) const {
+at::Tensor Feeder::to_model_layout(at::Tensor images, at::Tensor& labels, const data::Batch& batch,
+                                   const c10::Stream* stream) const {
   // The batch's draws, from its keys, uploaded once on the current stream (the copy stream on CUDA).
   augment::BatchDraws draws;
   augment::DeviceDraws device_draws;
@@ -248,17 +251,15 @@ at::Tensor Feeder::to_model_layout(at::Tensor images, at::Tensor& labels, const 
   }
   if (options_.transfer_dtype == TransferDtype::kUint8) {
     if (augmenter_) augmenter_->apply_pixels(images, device_draws);  // in place: the batch's own memory
-    // (B, S, S, 3) uint8 -> (B, 3, S, S) float: the permuted view already has channels_last strides, which
-    // the product keeps; the uint8 -> float cast happens inside the multiply.
-    images = images.permute({0, 3, 1, 2}).mul(scale_).add_(shift_);
-    if (augmenter_) augmenter_->apply_batch(images, labels, draws, device_draws);
-    if (feeder_options_.input_dtype != at::kFloat || feeder_options_.input_channels != 3) {
-      // Rounded once from float32, as the GPU decoder's kernel does: the same values whichever path decoded.
-      const int64_t b = images.size(0), s = images.size(2);
-      at::Tensor out = at::empty({b, s, s, feeder_options_.input_channels}, images.options().dtype(feeder_options_.input_dtype));
-      out.narrow(3, 0, 3).copy_(images.permute({0, 2, 3, 1}));
-      if (feeder_options_.input_channels == 4) out.select(3, 3).zero_();
-      images = out.permute({0, 3, 1, 2});  // channels_last strides
+    const int channels = feeder_options_.input_channels;
+    if (stream && !(augmenter_ && augmenter_->options().erasing())) {
+      // One kernel, the same values as the chain below; erasing's random values come from ATen's generator.
+      images = augment::normalise_mix(images, affine_, draws.mix, channels, feeder_options_.input_dtype, *stream);
+      if (augmenter_) augmenter_->apply_labels(labels, draws);
+    } else {
+      images = augment::normalise(images, scale_, shift_);
+      if (augmenter_) augmenter_->apply_batch(images, labels, draws, device_draws);
+      images = augment::model_input(images, channels, feeder_options_.input_dtype);
     }
     return feeder_options_.channels_last ? images : images.contiguous();
   }
@@ -334,9 +335,10 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   loader_->recycle(*batch, std::make_shared<EventFence>(out.timing.h2d_end));
   out.labels = layout.labels(device_slot).narrow(0, 0, batch->size);
   if (!decoder_) {
-    out.images = to_model_layout(layout.images(device_slot, batch->side).narrow(0, 0, batch->size), out.labels, *batch);
+    out.images = to_model_layout(layout.images(device_slot, batch->side).narrow(0, 0, batch->size), out.labels, *batch,
+                                 stream);
   } else if (augmenter_) {
-    out.images = to_model_layout(out.images, out.labels, *batch);
+    out.images = to_model_layout(out.images, out.labels, *batch, stream);
   }
   return out;
 }

@@ -96,8 +96,10 @@ class Feeder : public BatchSource {
   void make_ring(const data::Dataset& dataset, int64_t batch_size, int slots);
   std::optional<DeviceBatch> transfer(const c10::Stream* stream);  // loader.next() + copy (+ normalise)
   // The model's input from the batch's pixels on its device (uint8 (B, S, S, 3) or float32 (B, 3, S, S)),
-  // augmented when the Feeder augments (labels then maybe made soft targets).
-  at::Tensor to_model_layout(at::Tensor images, at::Tensor& labels, const data::Batch& batch) const;
+  // augmented when the Feeder augments (labels then maybe made soft targets). stream: the CUDA stream its work
+  // is issued on (the current one), null on the CPU.
+  at::Tensor to_model_layout(at::Tensor images, at::Tensor& labels, const data::Batch& batch,
+                             const c10::Stream* stream = nullptr) const;
   void copier_loop();
   void start_copier_epoch(int64_t epoch, int64_t first_batch);
   int batches_copied_locked() const;  // in the queue, end-of-epoch markers not counted
@@ -115,6 +117,7 @@ class Feeder : public BatchSource {
   std::optional<data::Batch> held_;  // CPU: batch in use by the model, recycled at the next call
   gpu::EventPool events_;
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
+  data::PixelAffine affine_{};  // the same on the host, for the fused kernel (augment/normalise_mix.h)
   std::unique_ptr<gpu::JpegDecoder> decoder_;
   std::unique_ptr<augment::Augmenter> augmenter_;  // training batches' augmentations, or null  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
   std::function<bool()> stop_requested_;  // the caller's (LoaderOptions::stop_requested), or empty
