@@ -56,6 +56,9 @@ def parse_args(argv=None):
                    choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
                    help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the pinfeed and dataloader rows as a smoke test")
+    p.add_argument("--stream", default="default", choices=["default", "side"],
+                   help="the loop's CUDA stream: the legacy default stream (a plain PyTorch loop's) or one of its "
+                        "own (torch.cuda.set_stream), which does not wait on other libraries' blocking streams")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
     args.threads = [int(t) for t in args.threads.split(",") if t]
@@ -212,6 +215,8 @@ def main(argv=None):
     if device.type == "cuda":
         device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
         torch.cuda.set_device(device)
+        if args.stream == "side":
+            torch.cuda.set_stream(torch.cuda.Stream(device))
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch._dynamo.config.automatic_dynamic_shapes = False  # a static graph per image size
@@ -275,7 +280,7 @@ def main(argv=None):
             "torchvision": torchvision.__version__, "gpu": torch.cuda.get_device_name(device)
             if device.type == "cuda" else None, "cpu_cores": os.cpu_count(), "dataset": args.train_root,
             "classes": len(classes), "batch_size": args.batch_size, "precision": args.precision,
-            "compile": args.compile, "compile_mode": args.compile_mode, "channels_last": True,
+            "compile": args.compile, "compile_mode": args.compile_mode, "channels_last": True, "stream": args.stream,
             "warmup_steps": args.warmup, "steps": args.steps,
             "warmup_s_by_size": compile_s, "hw_decoder_load": args.hw_decoder_load}
     with open(args.out, "w") as f:
