@@ -4,6 +4,7 @@ build's python/ folder."""
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -192,3 +193,14 @@ def test_options_that_cannot_run_say_why(dataset):
         loader(dataset / "missing")
     with pytest.raises(pinfeed.DataError, match="fewer than one batch"):
         loader(dataset / "train", batch_size=SAMPLES + 1)
+
+
+@pytest.mark.parametrize("given", [None, "4"])
+def test_import_asks_cuda_for_32_hardware_queues_unless_the_caller_chose(given):
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    if given:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = given
+    code = "import os, torch, pinfeed; print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'), torch.version.cuda)"
+    got, cuda = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
+                               text=True).stdout.split()
+    assert got == (given or ("32" if cuda != "None" else "None"))

@@ -35,6 +35,7 @@ KeyboardInterrupt out of a wait for a batch, also while a worker is stuck. After
 resumes at the batch that was not delivered.
 """
 import os
+import warnings
 
 import torch  # first: its shared libraries (LibTorch) are the ones the extension module links
 
@@ -42,6 +43,13 @@ from . import _C
 from ._C import DataError, StuckSampleError
 
 __all__ = ["ImageFolderLoader", "DataError", "StuckSampleError"]
+
+# The GPU decoder's streams on hardware queues of their own, not behind the training step's (CUDA's default is 8),
+# as `pinfeed train` asks: read when CUDA starts, so set at import unless the caller chose or CUDA already runs.
+_QUEUES = "CUDA_DEVICE_MAX_CONNECTIONS"
+_QUEUES_TOO_LATE = torch.cuda.is_initialized() and _QUEUES not in os.environ
+if torch.version.cuda and not torch.cuda.is_initialized():
+    os.environ.setdefault(_QUEUES, "32")
 
 if torch.__version__.split("+")[0] != _C.torch_version:
     raise ImportError(f"pinfeed was built against torch {_C.torch_version} but torch {torch.__version__} is "
@@ -117,6 +125,10 @@ class ImageFolderLoader:
             val_resize_ratio=float(val_resize_ratio), crop_decode=bool(crop_decode),
             max_image_pixels=int(max_image_pixels), max_file_bytes=int(max_file_mb * (1 << 20)),
             nvjpeg_share=float(nvjpeg_share), stall_sample=int(_stall_sample))
+        if _QUEUES_TOO_LATE and device.type == "cuda" and self._feed.decoder == "nvjpeg":
+            warnings.warn(f"CUDA started before `import pinfeed`, with its default 8 hardware queues: the GPU "
+                          f"decoder's work can hold up the training step's. Import pinfeed before any CUDA call, or "
+                          f"set {_QUEUES}=32 in the environment", RuntimeWarning, stacklevel=2)
         self._epoch = 0       # the epoch the next pass reads
         self._start_at = 0    # the batch it starts at (load_state_dict)
         self._pass = None     # [epoch, batches delivered, generation] of the pass under way
