@@ -21,6 +21,11 @@ loader's host buffers are reused only after their copy to the device has complet
 batch's tensors are the caller's for as long as it keeps them; nothing the loader does later writes into them. On
 the CPU, batches are ordinary tensors, the caller's own.
 
+Hardware queues (CUDA). `import pinfeed` sets CUDA_DEVICE_MAX_CONNECTIONS=32 in the environment, unless it is set
+already or CUDA has started: CUDA reads it when it starts, and with its default of 8 queues the GPU decoder's work
+can hold up the training step's kernels. Import pinfeed before the first CUDA call (a loader that decodes on the
+GPU warns when CUDA started first with the default).
+
 Several processes (torchrun, DDP): pass rank and world_size (the defaults come from an initialised
 torch.distributed). Every rank draws the same permutation of the epoch and takes its own batch-sized runs of it,
 so that N ranks of batch B see, step by step, the samples one rank of batch N*B would. With drop_last=True (the
