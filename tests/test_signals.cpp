@@ -35,20 +35,30 @@ TEST(Signals, TheFirstSignalInTrainingOnlyRequestsAStop) {
       ::testing::ExitedWithCode(7), "");
 }
 
-TEST(Signals, ASecondSignalRemovesTheTempFileOfAWriteAndSaysNothingWasSaved) {
-  const std::string tmp = test::fresh_dir("signal_tmp") + "/last.pt.tmp";
+// Two writes in progress: the checkpoint writer's and one of the training thread's.
+TEST(Signals, ASecondSignalRemovesTheTempFilesOfTheWritesAndSaysNothingWasSaved) {
+  const std::string dir = test::fresh_dir("signal_tmp");
+  const std::string checkpoint = dir + "/last.pt.tmp", record = dir + "/run.json.tmp", done = dir + "/metrics.csv.tmp";
   EXPECT_EXIT(
       {
         install_signal_handlers();
         training_started();
         std::raise(SIGINT);
-        RemoveOnSignal guard(tmp);
-        std::ofstream(tmp) << "half a checkpoint";
-        std::raise(SIGINT);
+        { RemoveOnSignal finished(done); }
+        std::ofstream(done) << "a write that ended";
+        RemoveOnSignal guard(checkpoint);
+        std::ofstream(checkpoint) << "half a checkpoint";
+        std::thread([&] {
+          RemoveOnSignal other(record);
+          std::ofstream(record) << "{";
+          std::raise(SIGINT);
+        }).join();
         std::exit(0);  // not reached
       },
       ::testing::ExitedWithCode(130), "stopped at once by a second signal: nothing was saved");
-  EXPECT_FALSE(std::filesystem::exists(tmp));
+  EXPECT_FALSE(std::filesystem::exists(checkpoint));
+  EXPECT_FALSE(std::filesystem::exists(record));
+  EXPECT_TRUE(std::filesystem::exists(done));
 }
 
 TEST(Signals, AStopThatNeverCompletesEndsTheProcessAfterTheDeadline) {

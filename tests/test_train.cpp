@@ -21,6 +21,7 @@
 #include "app/optim/lr_schedule.h"
 #include "app/run/checkpoint.h"
 #include "app/run/metrics.h"
+#include "app/run/run_files.h"
 #include "app/run/signals.h"
 #include "app/train/epoch_report.h"
 #include "app/train/evaluate.h"
@@ -250,6 +251,27 @@ TEST(Train, ResumeFromACheckpointOlderThanTheMetricsDoesNotRepeatRows) {
   const std::vector<std::string> csv = lines_of(dir / "metrics.csv");
   ASSERT_EQ(csv.size(), 4u) << "a header and epochs 1, 2, 3";
   for (int e = 1; e <= 3; ++e) EXPECT_EQ(csv[e].substr(0, csv[e].find(',')), std::to_string(e));
+}
+
+// last.pt.tmp as a folder makes last.pt impossible to write, as a full disk or a folder pinfeed may not write
+// would. The epoch's checkpoint is written while the next epoch trains; its error still ends the run as an
+// OutputError (exit code 4), at the end of the run or at a stop, and last.pt keeps the epoch before.
+TEST(Train, ACheckpointThatCannotBeWrittenEndsTheRunWithOutputError) {
+  StopRequest stop;
+  const std::string root = test::make_dataset("train_unwritable", 2, 16, 1, 32);  // 32 images: 2 steps of 16
+  const std::string runs = test::fresh_dir("train_unwritable_runs");
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
+  const fs::path last = fs::path(first.run_dir) / "last.pt";
+  fs::create_directory(fs::path(first.run_dir) / "last.pt.tmp");
+  const std::string at_end =
+      test::message_of<OutputError>([&] { train(resolve_plan(tiny_config(root, runs, 2)), {"last"}, stop); });
+  EXPECT_NE(at_end.find("cannot create " + (last.string() + ".tmp")), std::string::npos) << at_end;
+  EXPECT_EQ(load_checkpoint(last.string()).epoch, 1);
+  // Stopped (as by Ctrl-C) one step into epoch 3, after epoch 2's last.pt failed.
+  const std::string at_stop = test::message_of<OutputError>(
+      [&] { train(resolve_plan(tiny_config(root, runs, 3)), {"last", /*stop_after_steps=*/3}, stop); });
+  EXPECT_NE(at_stop.find("cannot create " + (last.string() + ".tmp")), std::string::npos) << at_stop;
+  EXPECT_EQ(load_checkpoint(last.string()).epoch, 1);
 }
 
 TEST(Train, AStopBeforeTheFirstStepSavesNothing) {

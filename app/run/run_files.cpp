@@ -80,10 +80,11 @@ void write_file_atomic(const std::string& path, const char* bytes, size_t size) 
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
+  const int sync_err = ::fsync(fd) != 0 ? errno : 0;
+  const int close_err = ::close(fd) != 0 ? errno : 0;  // closed either way: a failed fsync must not leak it
+  if (sync_err || close_err) {
     ::unlink(tmp.c_str());
-    fail("flush", tmp, err);
+    fail("flush", tmp, sync_err ? sync_err : close_err);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -16,10 +17,16 @@ namespace {
 
 StopRequest g_signal_stop;  // constant-initialised: ready before any handler can run
 std::atomic<bool> g_started{false};
-// The file to remove before an immediate exit. A fixed buffer: the handler may only make async-signal-safe
-// calls (unlink, _exit), no allocation.
-char g_partial_path[4096];
-std::atomic<bool> g_partial_armed{false};
+// The files to remove before an immediate exit: one slot per thread in a write (the training thread's, the
+// checkpoint writer's). Fixed buffers: the handler may only make async-signal-safe calls (unlink, _exit), no
+// allocation.
+enum PartialState : int { kFree, kFilling, kArmed };
+struct PartialFile {
+  char path[4096];
+  std::atomic<int> state{kFree};
+};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
+PartialFile g_partial[4];
 std::atomic<bool> g_stderr_tty{false};  // a progress line may be open there: the line below starts a new one
 
 // One line on stderr with write(2), the one way to print that is async-signal-safe.
@@ -37,7 +44,9 @@ extern "C" void on_stop_signal(int) {
     return;
   }
   // Start-up, or a second signal: stop now. A write being made is cut short; its temp file goes with it.
-  if (g_partial_armed.load()) ::unlink(g_partial_path);
+  for (PartialFile& p : g_partial) {
+    if (p.state.load() == kArmed) ::unlink(p.path);
+  }
   say(started ? "warning: stopped at once by a second signal: nothing was saved (a checkpoint written before is "
                 "kept)\n"
               : "warning: interrupted during start-up: nothing was saved\n");
@@ -70,13 +79,22 @@ void training_started(std::chrono::milliseconds stop_deadline) {
   }).detach();
 }
 
+// A path too long to keep, or no slot free: only the start-up clean-up of the run folder removes that file.
 RemoveOnSignal::RemoveOnSignal(const std::string& path) {
-  if (path.size() >= sizeof g_partial_path) return;  // too long to keep: only the start-up clean-up removes it
-  std::memcpy(g_partial_path, path.c_str(), path.size() + 1);
-  g_partial_armed = true;  // seq_cst: the handler sees the whole path once it sees the flag
+  if (path.size() >= sizeof PartialFile::path) return;
+  for (int i = 0; i < static_cast<int>(std::size(g_partial)); ++i) {
+    int free = kFree;
+    if (!g_partial[i].state.compare_exchange_strong(free, kFilling)) continue;
+    std::memcpy(g_partial[i].path, path.c_str(), path.size() + 1);
+    g_partial[i].state = kArmed;  // seq_cst: the handler sees the whole path once it sees it armed
+    slot_ = i;
+    return;
+  }
 }
 
-RemoveOnSignal::~RemoveOnSignal() { g_partial_armed = false; }
+RemoveOnSignal::~RemoveOnSignal() {
+  if (slot_ >= 0) g_partial[slot_].state = kFree;
+}
 
 std::function<bool()> stop_after_grace(const StopRequest& stop, double grace_s) {
   using Clock = std::chrono::steady_clock;

@@ -39,8 +39,6 @@ StopRequest& signal_stop();
 constexpr std::chrono::milliseconds kStopDeadline{60'000};
 void training_started(std::chrono::milliseconds stop_deadline = kStopDeadline);
 
-// While alive, stopping at once on a signal removes `path` first (one at a time: the atomic writes of the
-// training thread).
 // What the data loaders and the feeder ask while they wait for a batch (data::LoaderOptions::stop_requested):
 // true once `stop` has been requested for `grace_s` seconds. A stop normally ends the loop at the next step
 // boundary (every rank at one agreed step), and batches keep coming until then; a wait is cut short, with
@@ -48,12 +46,17 @@ void training_started(std::chrono::milliseconds stop_deadline = kStopDeadline);
 // returns, so that Ctrl-C still ends the run.
 std::function<bool()> stop_after_grace(const StopRequest& stop, double grace_s = 5.0);
 
+// While alive, stopping at once on a signal removes `path` first (several threads' at once: the training
+// thread's atomic writes and the checkpoint writer's).
 class RemoveOnSignal {
  public:
   explicit RemoveOnSignal(const std::string& path);
   ~RemoveOnSignal();
   RemoveOnSignal(const RemoveOnSignal&) = delete;
   RemoveOnSignal& operator=(const RemoveOnSignal&) = delete;
+
+ private:
+  int slot_ = -1;  // the slot holding the path; -1: none (too long, or every slot taken)
 };
 
 }  // namespace pinfeed::app

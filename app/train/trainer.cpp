@@ -11,11 +11,13 @@
 #include <optional>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "app/config/format.h"
 #include "app/dist/distributed.h"
 #include "app/optim/lr_schedule.h"
 #include "app/plan/datasets.h"
+#include "app/run/checkpoint_writer.h"
 #include "app/run/run_lock.h"
 #include "app/run/run_outputs.h"
 #include "app/run/signals.h"
@@ -111,8 +113,26 @@ class Training {
     if (dist_.is_main()) init_weights_from(runner_, path);
     runner_.broadcast_state();
   }
-  // out: rank 0's outputs; null on the other ranks, which write nothing.
+  // out: rank 0's outputs; null on the other ranks, which write nothing. Every way out waits for the checkpoint
+  // being written; its error is the run's, as when checkpoints were written on this thread (exit code 4).
   void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
+    try {
+      run_epochs(out, start_epoch, start_step, result);
+    } catch (const std::exception& e) {
+      throw_write_error_before(e);
+      throw;
+    }
+    writer_.wait();
+    if (out && !result.interrupted && !result.epochs.empty()) {
+      report_end(*out, plan_, result.run_dir, result.epochs.back(), seconds_since(started_),
+                 start_epoch > 0 || start_step > 0);
+    }
+  }
+
+  void list_bad_images_found(RunOutputs& out) noexcept { bad_images_.list_found(out); }
+
+ private:
+  void run_epochs(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
     if (dist_.is_main()) {
       announce_run(result.run_dir, plan_, sets_, train_feed_, steps_per_epoch_, runner_.graphed(), dist_);
     }
@@ -127,10 +147,12 @@ class Training {
       EpochProgress p;
       try {
         p = train_epoch(out, epoch, epoch == start_epoch ? start_step : 0);
-      } catch (const data::StuckSample&) {  // the loader names the file; the steps run so far are kept
+      } catch (const data::StuckSample& e) {  // the loader names the file; the steps run so far are kept
+        throw_write_error_before(e);
         save_before_stuck_input(out, epoch, "stopping");
         throw;
-      } catch (const data::Interrupted&) {  // Ctrl-C while no batch came (a stuck read)
+      } catch (const data::Interrupted& e) {  // Ctrl-C while no batch came (a stuck read)
+        throw_write_error_before(e);
         save_before_stuck_input(out, epoch, "interrupted");
         throw;
       }
@@ -171,23 +193,29 @@ class Training {
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report_epoch(*out, plan_, train_feed_, er, p, ranks);
       const bool due = epoch + 1 == plan_.schedule.epochs || (epoch + 1) % plan_.run.checkpoint_every == 0;
-      if (out && best) save(*out, epoch + 1, 0, {}, "best.pt");
-      if (out && due) save(*out, epoch + 1, 0);
+      std::vector<CheckpointFile> files;
+      if (out && best) files.push_back(checkpoint_file(*out, epoch + 1, 0, {}, "best.pt"));
+      if (out && due) files.push_back(checkpoint_file(*out, epoch + 1, 0));
+      if (!files.empty()) writer_.save(std::move(files));  // written while the next epoch trains
       if (stop_policy_.stop_after_epoch()) {  // came during the evaluation or the save
         save_at_stop(out, stop_policy_.after_epoch(epoch, due, last_pt(out)), {});
         result.interrupted = true;
         return;
       }
     }
-    if (out && !result.epochs.empty()) {
-      report_end(*out, plan_, result.run_dir, result.epochs.back(), seconds_since(started_),
-                 start_epoch > 0 || start_step > 0);
+  }
+
+  // A checkpoint handed to the writer failed before `later` came: as when checkpoints were written on this
+  // thread, that error ends the run, and `later` is said in a warning. Otherwise returns once it is written.
+  void throw_write_error_before(const std::exception& later) {
+    try {
+      writer_.wait();
+    } catch (...) {
+      log::warn(error_text(later));
+      throw;
     }
   }
 
-  void list_bad_images_found(RunOutputs& out) noexcept { bad_images_.list_found(out); }
-
- private:
   // Before anything is evaluated or saved. Every rank holds the same weights and, after average_buffers, the same
   // BN statistics, so all of them stop here together. Each step's loss alone would not do: in fp16 the loss
   // scaler skips a step whose gradients overflow, and a weight can overflow while the loss still reads finite.
@@ -218,8 +246,8 @@ class Training {
     return {at::tensor(sums, at::TensorOptions().dtype(at::kDouble)), runner_.gather_buffers()};
   }
 
-  void save(RunOutputs& out, int64_t epoch, int64_t step_in_epoch, const EpochSoFar& so_far = {},
-            const std::string& file = "last.pt") {
+  CheckpointFile checkpoint_file(RunOutputs& out, int64_t epoch, int64_t step_in_epoch,
+                                 const EpochSoFar& so_far = {}, const std::string& file = "last.pt") {
     Checkpoint ck = make_checkpoint(runner_, plan_, epoch, step_in_epoch, global_step_, shape());
     ck.classes = sets_.train->folder().classes;  // predictions are named by them
     ck.best_val_top1 = best_top1_;
@@ -231,15 +259,20 @@ class Training {
     }
     ck.epoch_loss_sums = so_far.loss_sums;
     ck.rank_buffers = so_far.buffers;
-    save_checkpoint(out.path(file), ck);
+    return {out.path(file), std::move(ck)};
   }
 
   static std::string last_pt(const RunOutputs* out) { return out ? out->path("last.pt") : ""; }
 
-  // Carries out what the stop policy decided (rank 0 writes; so_far: gathered by every rank for a mid-epoch save).
+  // Carries out what the stop policy decided (rank 0 writes; so_far: gathered by every rank for a mid-epoch save),
+  // on this thread once the checkpoint being written is on disk: the run ends with it.
   void save_at_stop(RunOutputs* out, const StopSave& s, const EpochSoFar& so_far) {
     if (!out) return;
-    if (s.write) save(*out, s.epoch, s.step, so_far);
+    writer_.wait();
+    if (s.write) {
+      const CheckpointFile f = checkpoint_file(*out, s.epoch, s.step, so_far);
+      save_checkpoint(f.path, f.checkpoint);
+    }
     log::warn(s.line);
   }
 
@@ -362,6 +395,7 @@ class Training {
   std::unique_ptr<StepTrace> trace_;  // run.trace_steps, rank 0
   double best_top1_ = NAN;  // the best whole validation's top-1 so far (best.pt's), resumes included
   std::string best_weights_;  // which weights scored it: "raw" or "ema" (train.ema)
+  CheckpointWriter writer_;   // rank 0's epoch-end checkpoints
 };
 
 }  // namespace
