@@ -21,10 +21,8 @@ Python standard library only.
 """
 import argparse
 import collections
-import gzip
-import json
 
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+from trace_idle import GPU_CATS, load
 
 
 def kind(name):
@@ -44,9 +42,7 @@ def main():
     p.add_argument("trace")
     p.add_argument("--top", type=int, default=12, help="longest gaps listed")
     args = p.parse_args()
-    opener = gzip.open if args.trace.endswith(".gz") else open
-    with opener(args.trace, "rt") as f:
-        events = json.load(f)["traceEvents"]
+    events = load(args.trace)["traceEvents"]
     gpu = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
     kernels_per_stream = collections.Counter(e["tid"] for e in gpu if e["cat"] == "kernel")
     if not kernels_per_stream:

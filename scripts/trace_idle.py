@@ -41,6 +41,12 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
 
+def load(path):
+    """A trace as pinfeed writes it (gzipped when the name ends in .gz): the JSON object, traceEvents and all."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def union_length(intervals):
     """Total length covered by (begin, end) intervals."""
     total, cur_b, cur_e = 0.0, None, None
@@ -227,8 +233,7 @@ def main(argv=None):
                    help="exit 1 when StepMeter gpu_idle and idle_between_steps differ by more (percentage points)")
     p.add_argument("--api", action="store_true", help="add the CUDA API calls per host thread (api_calls)")
     a = p.parse_args(argv)
-    with (gzip.open(a.trace, "rt") if a.trace.endswith(".gz") else open(a.trace)) as f:
-        trace = json.load(f)
+    trace = load(a.trace)
     result = {"trace": a.trace, **analyse(trace)}
     if a.api:
         result["api_calls"] = api_calls(trace)

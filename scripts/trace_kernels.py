@@ -12,8 +12,8 @@ a step's wall time on a GPU that runs kernels concurrently. Standard library onl
 """
 import argparse
 import collections
-import gzip
-import json
+
+from trace_idle import load
 
 CONV_MARKS = ("conv", "gemm", "xmma", "cutlass", "nvjet", "implicit", "dgrad", "wgrad", "fprop", "cask_", "Padding")
 
@@ -31,9 +31,7 @@ def main():
     p.add_argument("trace")
     p.add_argument("--top", type=int, default=30, help="kernels listed, longest total first")
     args = p.parse_args()
-    opener = gzip.open if args.trace.endswith(".gz") else open
-    with opener(args.trace, "rt") as f:
-        events = json.load(f)["traceEvents"]
+    events = load(args.trace)["traceEvents"]
     steps = max(1, sum(1 for e in events if e.get("name") == "pinfeed::step" and e.get("ph") == "X"
                        and e.get("cat") != "gpu_user_annotation"))
     kernels = [e for e in events if e.get("cat") == "kernel"]

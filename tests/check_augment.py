@@ -13,7 +13,8 @@ import sys
 import tempfile
 from unittest import mock
 
-SKIPPED = 77
+from check_common import skip_without
+
 # Pixels may differ by a level or two where a value sits on a rounding edge (a mean, a convolution, a blend):
 # float sums in another order. Geometric ops sample the nearest pixel: a grid point on a pixel edge may round
 # the other way, so a few pixels may differ by more.
@@ -185,14 +186,11 @@ def check_mix(directory, manifest):
 
 def main():
     exe = sys.argv[1]
-    try:
+    with skip_without("scripts/setup.sh installs torchvision and timm"):
         import numpy  # noqa: F401
         import torch
         import torchvision
         import timm
-    except ImportError as e:
-        print(f"{e.name} is not importable (scripts/setup.sh installs torchvision and timm): skipped")
-        return SKIPPED
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, timm {timm.__version__}")
     with tempfile.TemporaryDirectory() as tmp:

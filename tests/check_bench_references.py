@@ -19,10 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def fail(message):
-    print("FAILED: " + message)
-    sys.exit(1)
+from check_common import fail, gen_data
 
 
 def reference(implementation, precision, modes=("pageable",), row_fields=True):
@@ -58,9 +55,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         data = tmp / "data"
-        subprocess.run([exe, "gen-data", "--out", str(data), "--classes", "2", "--train-per-class", "6",
-                        "--val-per-class", "1", "--size", "40x32", "--threads", "1"], check=True,
-                       stdout=subprocess.DEVNULL)
+        gen_data(exe, data, 2, 6, 1, "40x32")
         config = tmp / "bench.toml"
         config.write_text(f'[data]\nroot = "{data}"\nimage_size = 32\nworkers = 1\n[train]\ndevice = "cpu"\n'
                           'batch_size = 4\nprecision = "fp32"\nchannels_last = false\n')

@@ -14,18 +14,15 @@ import subprocess
 import sys
 import tempfile
 
-SKIPPED = 77
+from check_common import skip_without
 
 
 def main():
     replay = sys.argv[1]
-    try:
+    with skip_without():
         import torch
         import torch.nn.functional as F
         import torchvision
-    except ImportError as e:
-        print(f"{e.name} is not importable: skipped")
-        return SKIPPED
 
     class BlurPoolConv2d(torch.nn.Module):  # FFCV's, as train_imagenet.py defines it
         def __init__(self, conv):

@@ -9,7 +9,7 @@ import pathlib
 import sys
 import tempfile
 
-SKIPPED = 77
+from check_common import skip_without
 
 
 def script(repo, name):
@@ -26,13 +26,10 @@ def bench_row(mode, median):
 
 def main():
     repo = pathlib.Path(sys.argv[1])
-    try:
+    with skip_without():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.colors
-    except ImportError:
-        print("matplotlib is not importable: skipped")
-        return SKIPPED
     parity, bench = script(repo, "plot_parity"), script(repo, "plot_bench")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)

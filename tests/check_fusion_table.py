@@ -11,10 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def fail(message):
-    print("FAILED: " + message)
-    sys.exit(1)
+from check_common import fail
 
 
 def run(script, files, out=None):

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-SKIPPED = 77
+from check_common import skip_without
 
 
 def shapes():
@@ -77,13 +77,10 @@ def ema_case(torch, ModelEmaV3, options, steps=6, seed=1):
 
 def main():
     replay = sys.argv[1]
-    try:
+    with skip_without("scripts/setup.sh installs timm into the venv"):
         import torch
         from timm.optim import Lamb, Lars
         from timm.utils.model_ema import ModelEmaV3
-    except ImportError as e:
-        print(f"{e}: skipped (scripts/setup.sh installs timm into the venv)")
-        return SKIPPED
     wd = 0.01
     cases = {
         "sgd": optimizer_case(torch, "sgd", lambda d, n: torch.optim.SGD(

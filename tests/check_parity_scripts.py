@@ -21,12 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-SKIPPED = 77
-
-
-def fail(message):
-    print("FAILED: " + message)
-    sys.exit(1)
+from check_common import fail, gen_data, skip_without
 
 
 def pinfeed_run(exe, config, data, runs, overrides):
@@ -45,11 +40,8 @@ def close(a, b):
 
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
-    try:
+    with skip_without("Python < 3.11"):
         import tomllib  # noqa: F401
-    except ImportError:
-        print("Python < 3.11 (no tomllib): skipped")
-        return SKIPPED
     sys.path.insert(0, str(repo / "scripts"))
     import reference_train as ref
 
@@ -57,9 +49,7 @@ def main():
         tmp = pathlib.Path(tmp)
         data = tmp / "data"
         # 2 classes x 5 train images: 10 // 3 = 3 steps with drop_last, 4 without.
-        subprocess.run([exe, "gen-data", "--out", str(data), "--classes", "2", "--train-per-class", "5",
-                        "--val-per-class", "1", "--size", "20x16", "--threads", "1"], check=True,
-                       stdout=subprocess.DEVNULL)
+        gen_data(exe, data, 2, 5, 1, "20x16")
         overrides = ["train.device=cpu", "train.precision=fp32", "pipeline.mode=pageable", "data.image_size=16",
                      "train.batch_size=3", "train.epochs=2", "train.warmup_epochs=1.5", "train.lr=0.02",
                      "train.min_lr=0.001", "data.workers=1", "train.channels_last=false", "run.name=parity-check",

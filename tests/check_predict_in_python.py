@@ -12,7 +12,8 @@ import subprocess
 import sys
 import tempfile
 
-SKIPPED = 77
+from check_common import gen_data, skip_without
+
 TOLERANCE = 0.01  # on a probability
 SIZE, RATIO = 32, 0.875
 
@@ -33,8 +34,7 @@ def documented_snippet(repo):
 
 
 def images(tmp, exe, Image):
-    run(exe, "gen-data", "--out", tmp / "large", "--classes", "1", "--train-per-class", "0", "--val-per-class", "6",
-        "--size", "200x150", "--photo", "--seed", "3", "--threads", "1")  # crop 131 px: decoded at 1/4 scale
+    gen_data(exe, tmp / "large", 1, 0, 6, "200x150", "--photo", "--seed", "3")  # crop 131 px: decoded at 1/4 scale
     found = sorted((tmp / "large" / "val").glob("*/*.jpg"))
     base = Image.open(found[0]).convert("RGB").resize((517, 333))
     extra = {"wide_444.jpg": dict(quality=90, subsampling=0), "progressive.jpg": dict(quality=80, progressive=True)}
@@ -50,19 +50,15 @@ def images(tmp, exe, Image):
 
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
-    try:
+    with skip_without():
         import torch  # noqa: F401
         import torchvision  # noqa: F401
         from PIL import Image
-    except ImportError as e:
-        print(f"{e.name} is not importable: skipped")
-        return SKIPPED
     snippet = documented_snippet(repo)
     assert '"runs/<run>/best.pt"' in snippet and '"photo.jpg", 224, 0.875' in snippet, snippet
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        run(exe, "gen-data", "--out", tmp / "data", "--classes", "3", "--train-per-class", "8", "--val-per-class", "1",
-            "--size", "40x40", "--threads", "1")
+        gen_data(exe, tmp / "data", 3, 8, 1, "40x40")
         config = tmp / "tiny.toml"
         config.write_text(f'[data]\nroot = "{tmp / "data"}"\nimage_size = {SIZE}\nval_resize_ratio = {RATIO}\n'
                           'workers = 1\n[train]\ndevice = "cpu"\nepochs = 2\nbatch_size = 8\nlr = 0.05\n'

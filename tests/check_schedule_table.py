@@ -9,10 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def fail(message):
-    print("FAILED: " + message)
-    sys.exit(1)
+from check_common import fail
 
 
 def main():

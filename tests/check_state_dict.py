@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-SKIPPED = 77
+from check_common import gen_data, skip_without
 
 
 def state_dict(tsv, torch):
@@ -50,18 +50,14 @@ def run(*args, code=0):
 
 def main():
     exe, tsv = sys.argv[1], sys.argv[2]
-    try:
+    with skip_without():
         import torch
-    except ImportError:
-        print("torch is not importable: skipped")
-        return SKIPPED
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         sd_path = tmp / "resnet50_state_dict.pt"
         sd = state_dict(tsv, torch)
         torch.save(sd, sd_path)
-        run(exe, "gen-data", "--out", tmp / "data", "--classes", "2", "--train-per-class", "4", "--val-per-class", "2",
-            "--size", "40x40", "--threads", "1")
+        gen_data(exe, tmp / "data", 2, 4, 2, "40x40")
         config = tmp / "tiny.toml"
         config.write_text(
             f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'

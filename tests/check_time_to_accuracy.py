@@ -22,12 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-SKIPPED = 77
-
-
-def fail(message):
-    print("FAILED: " + message)
-    sys.exit(1)
+from check_common import fail, gen_data, skip_without
 
 
 def write_run(path, rows, clock="launch_s"):
@@ -197,8 +192,7 @@ def check_sides(exe, repo, tmp):
 
     # pinfeed itself: a ramp whose middle epochs round 1.5 and 2.5 (x 16) to even, and a list going back down.
     data = tmp / "data"
-    subprocess.run([exe, "gen-data", "--out", str(data), "--classes", "2", "--train-per-class", "2",
-                    "--val-per-class", "1", "--size", "20x16", "--threads", "1"], check=True, stdout=subprocess.DEVNULL)
+    gen_data(exe, data, 2, 2, 1, "20x16")
     common = ["train.device=cpu", "train.precision=fp32", "pipeline.mode=pageable", "train.batch_size=2",
               "train.max_steps_per_epoch=1", "train.eval=false", "data.workers=1", "train.channels_last=false",
               "run.checkpoint_every=1000", "pipeline.warmup_steps=0", "train.warmup_epochs=0"]
@@ -235,11 +229,8 @@ def check_missing_dali(repo, tmp):
 
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
-    try:
+    with skip_without("Python < 3.11"):
         import tomllib  # noqa: F401
-    except ImportError:
-        print("Python < 3.11 (no tomllib): skipped")
-        return SKIPPED
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         check_table(repo, tmp)

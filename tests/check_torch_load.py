@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-SKIPPED = 77
+from check_common import gen_data, skip_without
 
 
 def reference(tsv):
@@ -24,15 +24,11 @@ def reference(tsv):
 
 def main():
     exe, tsv = sys.argv[1], sys.argv[2]
-    try:
+    with skip_without():
         import torch
-    except ImportError:
-        print("torch is not importable: skipped")
-        return SKIPPED
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        subprocess.run([exe, "gen-data", "--out", str(tmp / "data"), "--classes", "2", "--train-per-class", "4",
-                        "--val-per-class", "1", "--size", "32x32", "--threads", "1"], check=True)
+        gen_data(exe, tmp / "data", 2, 4, 1, "32x32")
         config = tmp / "tiny.toml"
         config.write_text(
             f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'

@@ -12,54 +12,11 @@
 #include "data/loader/detached.h"
 #include "data/error.h"
 #include "data/loader/loader.h"
+#include "host_arena.h"
 #include "test_util.h"
 
 namespace pinfeed::data {
 namespace {
-
-// Plain host memory; fences ignored (the loader's ordering does not depend on them).
-class VectorArena : public BatchArena {
- public:
-  VectorArena(int slots, int64_t batch, size_t image_bytes)
-      : images_(slots, std::vector<uint8_t>(batch * image_bytes)), labels_(slots, std::vector<int64_t>(batch)) {
-    for (int i = 0; i < slots; ++i) free_.push_back(i);
-  }
-  int slots() const override { return static_cast<int>(images_.size()); }
-  BatchMemory memory(int s) override { return {images_[s].data(), labels_[s].data()}; }
-  std::optional<int> try_acquire() override {
-    std::lock_guard<std::mutex> l(m_);
-    if (free_.empty()) return std::nullopt;
-    int s = free_.back();
-    free_.pop_back();
-    ++acquired_;
-    return s;
-  }
-  int64_t acquired() {  // slots handed out so far: one per batch opened
-    std::lock_guard<std::mutex> l(m_);
-    return acquired_;
-  }
-  std::optional<int> acquire() override { return try_acquire(); }
-  std::vector<uint8_t> bytes() {  // every slot's images and labels, back to back
-    std::vector<uint8_t> out;
-    for (size_t i = 0; i < images_.size(); ++i) {
-      out.insert(out.end(), images_[i].begin(), images_[i].end());
-      const auto* l = reinterpret_cast<const uint8_t*>(labels_[i].data());
-      out.insert(out.end(), l, l + labels_[i].size() * sizeof(int64_t));
-    }
-    return out;
-  }
-  void release(int s, std::shared_ptr<Fence>) override {
-    std::lock_guard<std::mutex> l(m_);
-    free_.push_back(s);
-  }
-
- private:
-  std::vector<std::vector<uint8_t>> images_;
-  std::vector<std::vector<int64_t>> labels_;
-  std::vector<int> free_;
-  int64_t acquired_ = 0;
-  std::mutex m_;
-};
 
 std::shared_ptr<Dataset> open(const std::string& root, BadImagePolicy policy = BadImagePolicy::kSkip) {
   TransformOptions t;
@@ -78,7 +35,7 @@ LoaderOptions options(int64_t batch_size, int workers) {
 // Every batch of one epoch, copied out: (labels, pixels) per batch.
 std::vector<std::pair<std::vector<int64_t>, std::vector<uint8_t>>> epoch_batches(std::shared_ptr<Dataset> ds,
                                                                                  LoaderOptions o, int64_t epoch) {
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(epoch);
   std::vector<std::pair<std::vector<int64_t>, std::vector<uint8_t>>> out;
@@ -116,7 +73,7 @@ TEST(Loader, VisitsEverySampleExactlyOncePerEpoch) {
   LoaderOptions o = options(5, 3);
   o.drop_last = false;
   o.shuffle = true;
-  VectorArena arena(4, o.batch_size, ds->image_bytes());
+  test::HostArena arena(4, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   std::vector<int64_t> first_order;
   for (int64_t epoch = 0; epoch < 2; ++epoch) {  // the pool survives across epochs
@@ -140,7 +97,7 @@ TEST(Loader, OpensTheNextEpochsFirstBatchesOnceTheEpochIsUnderWayAndKeepsThem) {
   LoaderOptions o = options(4, 2);  // 5 batches an epoch
   o.prefetch_batches = 2;
   o.seed = 3;
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   auto drain = [&](int64_t epoch) {
     std::vector<std::pair<std::vector<int64_t>, std::vector<uint8_t>>> out;
@@ -160,7 +117,7 @@ TEST(Loader, OpensTheNextEpochsFirstBatchesOnceTheEpochIsUnderWayAndKeepsThem) {
   EXPECT_EQ(arena.acquired(), 10 + o.prefetch_batches) << "kept, not decoded again";
   EXPECT_EQ(drain(4), epoch_batches(ds, o, 4)) << "another epoch than the next: the early batches are dropped";
   o.continue_into_next_epoch = false;
-  VectorArena plain(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena plain(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader off(ds, o, &plain);
   off.start_epoch(0);
   while (auto b = off.next()) off.recycle(*b);
@@ -193,7 +150,7 @@ TEST(Loader, StartsMidEpochAtTheRequestedBatch) {
   auto ds = open(root);
   LoaderOptions o = options(4, 2);
   const auto all = epoch_batches(ds, o, 3);
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(3, 2);
   auto b = loader.next();
@@ -208,7 +165,7 @@ TEST(Loader, WorkerExceptionReachesTheConsumerWithThePath) {
   const std::string bad = ds->folder().samples[5].path;
   { std::ofstream(bad, std::ios::trunc) << "garbage"; }
   LoaderOptions o = options(2, 3);
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(0);
   try {
@@ -230,7 +187,7 @@ TEST(Loader, CorruptImagesAreReplacedAndCounted) {
     std::ofstream(path, std::ios::trunc | std::ios::binary) << bytes.substr(0, bytes.size() / 2);  // truncated
   }
   LoaderOptions o = options(4, 2);
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(0);
   int bad = 0, batches = 0;
@@ -250,7 +207,7 @@ TEST(Loader, BadFilesAreRecordedOnceAcrossEpochsWhileBatchesCountEveryLoad) {
   const std::string bad_path = ds->folder().samples[3].path;
   std::ofstream(bad_path, std::ios::trunc | std::ios::binary) << "not an image";
   LoaderOptions o = options(4, 2);
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   int bad_loads = 0;
   std::vector<BadImage> taken;
@@ -281,7 +238,7 @@ int64_t mapped_bytes() {
 TEST(Loader, AWorkerThatCannotStartIsAnErrorAndTheStartedOnesAreJoined) {
   const std::string root = test::make_dataset("loader_no_threads", 2, 4, 1, 24);
   auto ds = open(root);
-  VectorArena arena(4, 2, ds->image_bytes());
+  test::HostArena arena(4, 2, ds->image_bytes());
   const int64_t mapped = mapped_bytes();
   if (mapped == 0) GTEST_SKIP() << "no /proc/self/status";
   // An address-space limit a little above what is mapped now (it binds root too, unlike RLIMIT_NPROC): a few
@@ -323,7 +280,7 @@ TEST(Loader, AWorkerStuckOnASampleRaisesStuckSampleNamingItsFile) {
   test::OpenAtExit release{gate};
   LoaderOptions o = stuck_on(stuck, gate, options(2, 2));
   o.sample_timeout_s = 0.3;
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   {
     Loader loader(ds, o, &arena);
     loader.start_epoch(0);
@@ -354,7 +311,7 @@ TEST(Loader, AStopRequestedWhileNextWaitsRaisesInterrupted) {
     *stop = true;  // Ctrl-C while this worker is stuck
     gate->wait();
   };
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   Loader loader(ds, o, &arena);
   loader.start_epoch(0);
   const std::string error = test::message_of<Interrupted>([&] {
@@ -374,7 +331,7 @@ TEST(Loader, DestroyedWithAWorkerStuckItReturnsAndTheWorkerNeverWritesIntoTheAre
   test::OpenAtExit release{gate};
   LoaderOptions o = stuck_on(stuck, gate, options(2, 2));
   o.sample_timeout_s = 0.3;  // shutdown waits for a worker no longer than this
-  VectorArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
+  test::HostArena arena(o.prefetch_batches + 2, o.batch_size, ds->image_bytes());
   const int detached = detached_threads();
   auto loader = std::make_unique<Loader>(ds, o, &arena);
   loader->start_epoch(0);

@@ -21,28 +21,19 @@ void jpeg::open_within_limit(jpeg_decompress_struct* cinfo, const uint8_t* data,
 }
 
 void check_jpeg(const uint8_t* data, size_t size, int64_t max_pixels, std::vector<uint8_t>& buffer) {
-  jpeg_decompress_struct cinfo;
-  jpeg::ErrorManager err;
-  jpeg::install(&cinfo, &err);
-  // Nothing below this point owns C++ objects with destructors, so longjmp out of libjpeg is safe.
-  if (setjmp(err.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    throw std::runtime_error(std::string("libjpeg: ") + err.error);
-  }
-  jpeg::open_within_limit(&cinfo, data, size, max_pixels);
-  cinfo.scale_num = 1;
-  cinfo.scale_denom = 8;  // DC-only IDCT: the output is thrown away, only the entropy decode matters
-  cinfo.do_fancy_upsampling = FALSE;
-  jpeg_start_decompress(&cinfo);  // multi-scan files (progressive) are entropy-decoded whole here
-  const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
-  if (buffer.size() < stride) buffer.resize(stride);
-  // A skip entropy-decodes the rows it passes, but one to the very bottom reads nothing: stop one row short.
-  JSAMPROW row = buffer.data();
-  jpeg::skip_rows(&cinfo, cinfo.output_height - 1, row);
-  jpeg_read_scanlines(&cinfo, &row, 1);
-  jpeg_finish_decompress(&cinfo);  // reads the markers up to end-of-image
-  jpeg_destroy_decompress(&cinfo);
-  if (err.base.num_warnings > 0) throw std::runtime_error(std::string("libjpeg: ") + err.first_warning);
+  jpeg::read_checked(data, size, max_pixels, [&](jpeg_decompress_struct* cinfo) {
+    cinfo->scale_num = 1;
+    cinfo->scale_denom = 8;  // DC-only IDCT: the output is thrown away, only the entropy decode matters
+    cinfo->do_fancy_upsampling = FALSE;
+    jpeg_start_decompress(cinfo);  // multi-scan files (progressive) are entropy-decoded whole here
+    const size_t stride = static_cast<size_t>(cinfo->output_width) * cinfo->output_components;
+    if (buffer.size() < stride) buffer.resize(stride);
+    // A skip entropy-decodes the rows it passes, but one to the very bottom reads nothing: stop one row short.
+    JSAMPROW row = buffer.data();
+    jpeg::skip_rows(cinfo, cinfo->output_height - 1, row);
+    jpeg_read_scanlines(cinfo, &row, 1);
+    return true;
+  });
 }
 
 }  // namespace pinfeed::data

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -47,6 +49,33 @@ inline void install(jpeg_decompress_struct* cinfo, ErrorManager* err) {
 // pixels: destroys the decompressor and throws std::runtime_error naming the limit. The header's size, not a
 // peeked one, is what libjpeg would allocate for. (jpeg_check.cpp)
 void open_within_limit(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, int64_t max_pixels);
+
+// The one policy of the crop-region decode and the integrity check, so a file is accepted or refused whichever
+// path reads it: opens a decompressor over `data` (open_within_limit) with the handlers installed, runs
+// `read(cinfo)`, then reads the markers up to end-of-image. Throws std::runtime_error ("libjpeg: ...") on an error
+// or any warning. `read` starts the decompression and reads what it needs; libjpeg's errors longjmp out of it, so
+// it must own nothing with a destructor. It returns false to give the file up unread: then so does this, throwing
+// nothing.
+template <typename Read>
+bool read_checked(const uint8_t* data, size_t size, int64_t max_pixels, Read&& read) {
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  install(&cinfo, &err);
+  // Nothing below this point owns C++ objects with destructors, so longjmp out of libjpeg is safe.
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    throw std::runtime_error(std::string("libjpeg: ") + err.error);
+  }
+  open_within_limit(&cinfo, data, size, max_pixels);
+  if (!read(&cinfo)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  jpeg_finish_decompress(&cinfo);  // reads the markers up to end-of-image
+  jpeg_destroy_decompress(&cinfo);
+  if (err.base.num_warnings > 0) throw std::runtime_error(std::string("libjpeg: ") + err.first_warning);
+  return true;
+}
 
 // jpeg_skip_scanlines(cinfo, rows), where libjpeg-turbo's skip is known to terminate; else the rows are decoded
 // one by one into `row` (room for one output row) and dropped. With 4x vertical sampling (luma sampled 1x4 or

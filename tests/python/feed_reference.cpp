@@ -10,9 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,39 +17,11 @@
 #include "data/dataset/image_folder.h"
 #include "data/dataset/synthetic.h"
 #include "data/loader/loader.h"
+#include "tests/host_arena.h"
 
 namespace {
 
 using namespace pinfeed::data;
-
-// Plain host memory; the loader only needs slots to write into.
-class VectorArena : public BatchArena {
- public:
-  VectorArena(int slots, int64_t batch, size_t image_bytes)
-      : images_(slots, std::vector<uint8_t>(batch * image_bytes)), labels_(slots, std::vector<int64_t>(batch)) {
-    for (int i = 0; i < slots; ++i) free_.push_back(i);
-  }
-  int slots() const override { return static_cast<int>(images_.size()); }
-  BatchMemory memory(int s) override { return {images_[s].data(), labels_[s].data()}; }
-  std::optional<int> try_acquire() override {
-    std::lock_guard<std::mutex> l(m_);
-    if (free_.empty()) return std::nullopt;
-    const int s = free_.back();
-    free_.pop_back();
-    return s;
-  }
-  std::optional<int> acquire() override { return try_acquire(); }
-  void release(int s, std::shared_ptr<Fence>) override {
-    std::lock_guard<std::mutex> l(m_);
-    free_.push_back(s);
-  }
-
- private:
-  std::vector<std::vector<uint8_t>> images_;
-  std::vector<std::vector<int64_t>> labels_;
-  std::vector<int> free_;
-  std::mutex m_;
-};
 
 int gen(char** a) {
   SyntheticOptions o;
@@ -79,7 +48,7 @@ int dump(char** a) {
   o.workers = 2;
   o.seed = std::strtoull(a[3], nullptr, 10);
   o.shuffle = o.drop_last = train;
-  VectorArena arena(o.prefetch_batches + 1, o.batch_size, dataset->image_bytes());
+  pinfeed::test::HostArena arena(o.prefetch_batches + 1, o.batch_size, dataset->image_bytes());
   Loader loader(dataset, o, &arena);
   loader.start_epoch(std::atoll(a[4]));
   std::ofstream out(a[8], std::ios::binary);

@@ -1,0 +1,34 @@
+"""What the tests/check_*.py scripts share: the failure line, the skip (exit 77, which tests/CMakeLists.txt gives
+ctest as SKIP_RETURN_CODE) when a module they need is not importable, and pinfeed gen-data's small image folders.
+The scripts run as `python tests/check_x.py ...`, so this module is importable beside them. Standard library only.
+"""
+import contextlib
+import subprocess
+import sys
+
+SKIPPED = 77
+
+
+def fail(message):
+    print("FAILED: " + message)
+    sys.exit(1)
+
+
+@contextlib.contextmanager
+def skip_without(hint=""):
+    """An import in the with-block that fails exits 77 (skipped) with one line saying what is missing, and the hint."""
+    try:
+        yield
+    except ImportError as e:
+        what = f"{e.name} is not importable" if isinstance(e, ModuleNotFoundError) else str(e)
+        print(f"{what}{f' ({hint})' if hint else ''}: skipped")
+        sys.exit(SKIPPED)
+
+
+def gen_data(exe, out, classes, train_per_class, val_per_class, size, *flags):
+    """pinfeed gen-data into out (one thread), with any more flags; its output is shown only when it fails."""
+    r = subprocess.run([str(exe), "gen-data", "--out", str(out), "--classes", str(classes), "--train-per-class",
+                        str(train_per_class), "--val-per-class", str(val_per_class), "--size", size, "--threads", "1",
+                        *flags], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"gen-data: exit {r.returncode}\n{r.stdout}{r.stderr}")
