@@ -13,8 +13,8 @@
 #   LOADER       the Python side's loader: dataloader (default) | dali
 #   COMPILE      1 (default): torch.compile; 0: eager
 #   COMPILE_CACHE cold (default: each Python run compiles into a fresh Inductor/Triton cache, as a first run does) |
-#                warm (the caches reused: an untimed Python run of 2 epochs, one at each of the ramp's ends,
-#                fills them before the first timed run)
+#                warm (caches as a second run finds them: an untimed 2-epoch run of each side first, one epoch
+#                at each end of the ramp)
 #   PY_WORKERS   the Python side's DataLoader workers or DALI threads (default: cores - 1)
 #   EXTRA        more section.key=value overrides for both sides (e.g. "train.device=cpu data.image_size_min=32")
 #   DATA         ImageFolder with train/ and val/ (default: generated once under ~/.cache/pinfeed/datasets:
@@ -68,12 +68,19 @@ find "$data" -type f -name '*.*' -print0 | xargs -0 cat >/dev/null
 overrides=("data.root=\"$data\"" "${extra[@]}" "$@")
 compile_flag=()
 [ "$compile" = 1 ] && compile_flag=(--compile)
-if [ "$cache_mode" = warm ] && [ "$compile" = 1 ]; then
-  log "Python warm-up run (untimed): fills the compile caches for each side and the evaluation"
-  "$python" "$repo/scripts/reference_train.py" --config "$config" "${overrides[@]}" train.epochs=2 \
-    train.warmup_epochs=1 data.ramp_start=0 data.ramp_end=1 --out "$out/python-warmup.metrics.jsonl" \
-    --loader "$loader" --workers "$workers" --compile >"$out/python-warmup.log" 2>&1 ||
+if [ "$cache_mode" = warm ]; then
+  # Untimed runs of 2 epochs, one at each end of the ramp, with the evaluation: Python's Inductor and Triton caches
+  # and the driver's cache of the kernels cuDNN compiles for pinfeed are then as a second run finds them.
+  short=(train.epochs=2 train.warmup_epochs=1 data.ramp_start=0 data.ramp_end=1)
+  log "warm-up runs (untimed): pinfeed, then Python"
+  "$bin" train --config "$config" "${overrides[@]}" "${short[@]}" "run.dir=\"$out/warmup\"" "run.name=\"warmup\"" \
+    >"$out/pinfeed-warmup.log" 2>&1 ||
+    { echo "error: the pinfeed warm-up run failed: see $out/pinfeed-warmup.log" >&2; tail -5 "$out/pinfeed-warmup.log" >&2; exit 1; }
+  "$python" "$repo/scripts/reference_train.py" --config "$config" "${overrides[@]}" "${short[@]}" \
+    --out "$out/python-warmup.metrics.jsonl" --loader "$loader" --workers "$workers" "${compile_flag[@]}" \
+    >"$out/python-warmup.log" 2>&1 ||
     { echo "error: the Python warm-up run failed: see $out/python-warmup.log" >&2; tail -5 "$out/python-warmup.log" >&2; exit 1; }
+  rm -rf "$out/warmup"
 fi
 start=$(date +%s)
 pinfeed_files=() python_files=()
