@@ -79,8 +79,6 @@ class Training::Impl {
     if (plan_.run.trace_steps) check_trace_steps(plan_, *plan_.run.trace_steps, steps_per_epoch_);
   }
 
-  // Restores a checkpoint (read by rank 0 alone: the others receive its state); returns where to continue:
-  // (epoch, step in that epoch).
   std::pair<int64_t, int64_t> resume(const std::optional<Checkpoint>& ck) {
     std::string position;
     if (ck) {
@@ -107,13 +105,10 @@ class Training::Impl {
     return {epoch, step};
   }
 
-  // train.init_from: rank 0 reads the file; every rank starts from its weights.
   void init_from(const std::string& path) {
     if (dist_.is_main()) init_weights_from(runner_, path);
     runner_.broadcast_state();
   }
-  // out: rank 0's outputs; null on the other ranks, which write nothing. Every way out waits for the checkpoint
-  // being written; its error is the run's, as when checkpoints were written on this thread (exit code 4).
   void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result) {
     try {
       run_epochs(out, start_epoch, start_step, result);

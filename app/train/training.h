@@ -25,7 +25,8 @@ class Training {
   // (epoch, step in that epoch).
   std::pair<int64_t, int64_t> resume(const std::optional<Checkpoint>& checkpoint);
   void init_from(const std::string& path);  // train.init_from: rank 0 reads the file; every rank starts from it
-  // out: rank 0's outputs; null on the other ranks, which write nothing.
+  // out: rank 0's outputs; null on the other ranks, which write nothing. Every way out waits for the checkpoint
+  // being written; its error is the run's, as when checkpoints were written on this thread (exit code 4).
   void run(RunOutputs* out, int64_t start_epoch, int64_t start_step, TrainResult& result);
   void list_bad_images_found(RunOutputs& out) noexcept;
 
