@@ -205,6 +205,8 @@ def run_row(args, step, batches, device, name):
 
 def main(argv=None):
     args = parse_args(argv)
+    if "pinfeed" in args.feeds:
+        import pinfeed  # noqa: F401  before CUDA starts: it asks for 32 hardware queues (docs/python-module.md)
     import torch
     import torchvision
     from reference_pytorch import TrainStep, compile_warmup
@@ -282,7 +284,8 @@ def main(argv=None):
             "classes": len(classes), "batch_size": args.batch_size, "precision": args.precision,
             "compile": args.compile, "compile_mode": args.compile_mode, "channels_last": True, "stream": args.stream,
             "warmup_steps": args.warmup, "steps": args.steps,
-            "warmup_s_by_size": compile_s, "hw_decoder_load": args.hw_decoder_load}
+            "warmup_s_by_size": compile_s, "hw_decoder_load": args.hw_decoder_load,
+            "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)
     print(f"written to {args.out}")

@@ -15,6 +15,8 @@
 #   COMPILE_CACHE cold (default: each Python run compiles into a fresh Inductor/Triton cache, as a first run does) |
 #                warm (caches as a second run finds them: an untimed 2-epoch run of each side first, one epoch
 #                at each end of the ramp)
+#   WARMUP       1 (default): with COMPILE_CACHE=warm, run those untimed runs; 0: skip them (an earlier call on this
+#                machine, same config and data, warmed the caches already)
 #   PY_WORKERS   the Python side's DataLoader workers or DALI threads (default: cores - 1)
 #   EXTRA        more section.key=value overrides for both sides (e.g. "train.device=cpu data.image_size_min=32")
 #   DATA         ImageFolder with train/ and val/ (default: generated once under ~/.cache/pinfeed/datasets:
@@ -68,7 +70,7 @@ find "$data" -type f -name '*.*' -print0 | xargs -0 cat >/dev/null
 overrides=("data.root=\"$data\"" "${extra[@]}" "$@")
 compile_flag=()
 [ "$compile" = 1 ] && compile_flag=(--compile)
-if [ "$cache_mode" = warm ]; then
+if [ "$cache_mode" = warm ] && [ "${WARMUP:-1}" = 1 ]; then
   # Untimed runs of 2 epochs, one at each end of the ramp, with the evaluation: Python's Inductor and Triton caches
   # and the driver's cache of the kernels cuDNN compiles for pinfeed are then as a second run finds them.
   short=(train.epochs=2 train.warmup_epochs=1 data.ramp_start=0 data.ramp_end=1)

@@ -18,6 +18,8 @@ The files pair up by position (the i-th of each side is seed i).
 - speed-up per seed = that Python time / pinfeed's time to the target; the summary gives the mean +- standard
   error over seeds of each figure (standard error = sample standard deviation / sqrt(n)) and the ratio of the
   mean times;
+- the seeds' mean curves (mean top-1 and mean clock at each epoch, runs of equal epochs): the mean clock where
+  each side's mean top-1 first reaches the target, and their ratio (defined where a seed falls short, too);
 - the final top-1 gap (pinfeed - Python, points) with the standard error of the difference of the means, and
   whether it is within 1 point and within that standard error;
 - with --images and --project, each run's time projected to another dataset's size (project() says how),
@@ -88,6 +90,18 @@ def project(run, images, target):
     return run["wall"][-1] - steady(*images) + steady(*target)
 
 
+def mean_curve(runs, target):
+    """The seeds' mean top-1 and mean clock at each epoch, and the mean clock of the first epoch whose mean top-1 is
+    at or above target (None if none is, or if the runs differ in epochs)."""
+    if len({len(r["top1"]) for r in runs}) != 1:
+        return {"top1": None, "wall": None, "target_s": None, "target_epoch": None}
+    top1 = [statistics.fmean(v) for v in zip(*(r["top1"] for r in runs))]
+    wall = [statistics.fmean(v) for v in zip(*(r["wall"] for r in runs))]
+    epoch = next((i for i, v in enumerate(top1) if v >= target), None)
+    return {"top1": top1, "wall": wall, "target_s": None if epoch is None else wall[epoch],
+            "target_epoch": None if epoch is None else epoch + 1}
+
+
 def mean_se(values):
     values = [v for v in values if v is not None]
     if not values:
@@ -120,11 +134,15 @@ def summarise(pinfeed, python, seeds, tolerance, images=None, target_images=None
     gap_se = math.sqrt(sum(s * s for s in ses)) if None not in ses else None
     ratio = (summary["python_ref_s"]["mean"] / summary["pinfeed_s"]["mean"]
              if reached == len(rows) and summary["pinfeed_s"]["mean"] else None)
+    mean_curves = {side: mean_curve(runs, target) for side, runs in (("pinfeed", pinfeed), ("python", python))}
+    pf_mean_s, py_mean_s = mean_curves["pinfeed"]["target_s"], mean_curves["python"]["target_s"]
     curves = [{"seed": seed, "pinfeed": {"wall": pf["wall"], "top1": pf["top1"]},
                "python": {"wall": py["wall"], "top1": py["top1"]}} for seed, pf, py in zip(seeds, pinfeed, python)]
     return {"target_top1": target, "tolerance_points": tolerance, "seeds": rows, "summary": summary, "curves": curves,
             "images": images, "projected_images": target_images,
             "pinfeed_reached": reached, "runs": len(rows), "ratio_of_mean_times": ratio,
+            "mean_curves": mean_curves,
+            "ratio_of_mean_curves": py_mean_s / pf_mean_s if pf_mean_s and py_mean_s else None,
             "top1_gap_points": 100 * gap, "top1_gap_se_points": None if gap_se is None else 100 * gap_se,
             "gap_within_1_point": abs(100 * gap) <= 1.0,
             "gap_within_se": None if gap_se is None else abs(gap) <= gap_se,
@@ -151,6 +169,12 @@ def pm(s, fmt):
     return fmt(s["mean"]) + ("" if s["se"] is None else " ± " + fmt(s["se"]).split(" (")[0].rstrip("x"))
 
 
+def mean_at(curve):
+    if curve["target_s"] is None:
+        return "never" if curve["top1"] else "n/a (the runs differ in epochs)"
+    return f"at {curve['target_s']:.1f} s (epoch {curve['target_epoch']})"
+
+
 def markdown(res, note):
     s = res["summary"]
     lines = [f"Target: the Python side's mean final top-1, **{pct(res['target_top1'])}%**"
@@ -172,6 +196,9 @@ def markdown(res, note):
     lines += ["",
               f"- pinfeed reached the target in {res['pinfeed_reached']} of {res['runs']} runs; ratio of the mean "
               f"times (Python, a run below the target counted at its end / pinfeed): {times(res['ratio_of_mean_times'])}.",
+              "- The seeds' mean curves (mean top-1 and mean clock at each epoch): pinfeed's reaches the target "
+              + mean_at(res["mean_curves"]["pinfeed"]) + ", Python's " + mean_at(res["mean_curves"]["python"])
+              + f": {times(res['ratio_of_mean_curves'])}.",
               f"- Final top-1 gap, pinfeed - Python: {res['top1_gap_points']:+.2f} points"
               + ("" if gap_se is None else f", standard error {gap_se:.2f}")
               + f": {'within' if res['gap_within_1_point'] else 'beyond'} 1 point"

@@ -68,6 +68,12 @@ def check_table(repo, tmp):
         fail(f"speed-up {sm['speedup']}, expected {mean_speedup} +- {se_speedup}")
     if not math.isclose(res["ratio_of_mean_times"], 110 / 26):
         fail(f"ratio of mean times {res['ratio_of_mean_times']}, expected {110 / 26}")
+    # Mean curves: pinfeed 0.55, 0.8075, 0.815 at 11, 21, 31 s: the target at epoch 3 (31 s); Python's at 120 and
+    # 100 s: 110 s.
+    mc = res["mean_curves"]
+    if (mc["pinfeed"]["target_s"], mc["pinfeed"]["target_epoch"], mc["python"]["target_s"]) != (31, 3, 110) \
+            or not math.isclose(res["ratio_of_mean_curves"], 110 / 31):
+        fail(f"mean curves {mc}, ratio {res['ratio_of_mean_curves']}, expected 31 s (epoch 3), 110 s, {110 / 31}")
     # finals: pinfeed 0.83, 0.80 (mean 0.815), Python 0.84, 0.78 (0.81): +0.5 points, s.e. sqrt(1.5^2 + 3^2) = 3.35
     if not (math.isclose(res["top1_gap_points"], 0.5) and math.isclose(res["top1_gap_se_points"], math.hypot(1.5, 3))
             and res["gap_within_1_point"] and res["gap_within_se"]):
