@@ -97,9 +97,8 @@ def mean_curve(runs, target):
         return {"top1": None, "wall": None, "target_s": None, "target_epoch": None}
     top1 = [statistics.fmean(v) for v in zip(*(r["top1"] for r in runs))]
     wall = [statistics.fmean(v) for v in zip(*(r["wall"] for r in runs))]
-    epoch = next((i for i, v in enumerate(top1) if v >= target), None)
-    return {"top1": top1, "wall": wall, "target_s": None if epoch is None else wall[epoch],
-            "target_epoch": None if epoch is None else epoch + 1}
+    target_s, target_epoch = time_to({"top1": top1, "wall": wall}, target)
+    return {"top1": top1, "wall": wall, "target_s": target_s, "target_epoch": target_epoch}
 
 
 def mean_se(values):
