@@ -12,7 +12,9 @@
 #include <ATen/ops/zeros.h>
 
 #include <chrono>
+#include <iomanip>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "app/step/autocast.h"
+#include "common/log.h"
+#include "model/plan_cost.h"
 
 namespace pinfeed::app {
 namespace {
@@ -268,10 +272,16 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
   for (const auto& b : buffers) saved_buffers.push_back(b.clone());
   std::map<std::string, at::Tensor> saved_state;
   for (const auto& [name, t] : optimizer_->state()) saved_state[name] = t.clone();
-  c.graph->capture(*stream_, 3, [this, &c] {
+  // Each call's time on the CPU: the first pays for every plan the new shape needs (where a switch's time goes).
+  std::vector<double> call_s;
+  const model::PlanCost plans0 = model::plan_cost();
+  c.graph->capture(*stream_, 3, [this, &c, &call_s] {
+    const auto call0 = std::chrono::steady_clock::now();
     c.loss = forward_backward(c.images, c.labels);
     optimizer_step(lr_, 0.0);
+    call_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - call0).count());
   });
+  const model::PlanCost plans = model::plan_cost() - plans0;
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
   if (saved_state.empty()) {
@@ -280,8 +290,16 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
     for (auto& [name, t] : optimizer_->state()) t.copy_(saved_state.at(name));
   }
   stream_->synchronize();
-  capture_cost_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  capture_cost_.seconds += seconds;
   capture_cost_.bytes += gpu::reserved_bytes(device_) - reserved0;
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(2) << "CUDA graph for images " << images.sizes() << ": " << seconds
+       << " s; warm-up steps";
+  for (size_t i = 0; i + 1 < call_s.size(); ++i) line << (i ? " / " : " ") << call_s[i];
+  line << " s (cuDNN graph plans: " << plans.graphs << " built in " << plans.seconds << " s), capture "
+       << (call_s.empty() ? 0.0 : call_s.back()) << " s";
+  log::info(line.str());
   return c;
 }
 

@@ -31,6 +31,7 @@ void check(fe::error_t status, const char* what) {
 }
 
 void build(fe::graph::Graph& g, cudnnHandle_t handle) {
+  const PlanCostTimer timer;
   check(g.validate(), "validate");
   check(g.build_operation_graph(handle), "operation graph");
   check(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "execution plans");

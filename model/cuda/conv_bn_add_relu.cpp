@@ -50,6 +50,7 @@ struct ConvStats {
 // that a resumed run replays the kernels of the run it continues). Not Graph::autotune: its workspace query reads
 // plans that failed to build.
 void make_conv(ConvStats& u, const at::Tensor& x, const at::Tensor& w, cudnnHandle_t handle) {
+  const PlanCostTimer timer;
   fe::graph::Graph& g = u.conv;
   start(g, x.scalar_type());
   const auto io = io_type(x.scalar_type());

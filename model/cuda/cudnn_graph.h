@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "model/plan_cost.h"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
