@@ -235,6 +235,34 @@ TEST(GpuTrain, CudaGraphSwitchesSidesLikeTheEagerStep) {
   }
 }
 
+// A schedule's next side: its cuDNN graph plans are built beside the steps at the current side, and its capture
+// builds none (fp16's graph routes, cudnn_benchmark off as the schedule's config sets it); every step still
+// equals the eager one.
+TEST(GpuTrain, PlansBuiltAheadLeaveTheNewSidesCaptureNothingToBuild) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device cuda(c10::kCUDA, 0);
+  const bool benchmark = at::globalContext().benchmarkCuDNN();
+  at::globalContext().setBenchmarkCuDNN(false);
+  at::manual_seed(6);
+  StepRunner eager(resolve_plan(config(false, "fp16")).step, 10), graphed(resolve_plan(config(true, "fp16")).step, 10);
+  graphed.plan_ahead(80);
+  for (const int64_t side : {48, 48, 80, 48, 80}) {
+    const at::Tensor images =
+        at::randn({16, 3, side, side}, at::TensorOptions().device(cuda)).contiguous(c10::MemoryFormat::ChannelsLast);
+    const at::Tensor labels = at::randint(10, {16}, at::TensorOptions().device(cuda).dtype(at::kLong));
+    const StepRunner::CaptureCost before = graphed.capture_cost();
+    const double b = graphed.train_step(images, labels, 0.05).item<double>();  // first: the eager step would build
+    const double a = eager.train_step(images, labels, 0.05).item<double>();
+    EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << side << " px";
+    if (side == 80) {
+      EXPECT_EQ((graphed.capture_cost() - before).plans, 0) << "a capture at 80 px built plans";
+    }
+  }
+  EXPECT_GT(graphed.capture_cost().plans, 0);  // the first side's capture built them: the route ran
+  EXPECT_EQ(graphed.graphs(), 2);
+  at::globalContext().setBenchmarkCuDNN(benchmark);
+}
+
 // With data.decoder = "nvjpeg" the Feeder's copier keeps decoding (waiting on events, allocating, uploading
 // files) while the training thread captures its step: the capture must survive that, and the graphed steps on
 // the decoded batches must match the eager ones.

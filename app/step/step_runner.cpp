@@ -23,7 +23,7 @@
 
 #include "app/step/autocast.h"
 #include "common/log.h"
-#include "model/plan_cost.h"
+#include "model/graph_plans.h"
 
 namespace pinfeed::app {
 namespace {
@@ -247,7 +247,42 @@ at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& la
   return graphed_step(images, labels, lr);
 }
 
+StepRunner::~StepRunner() { join_ahead(); }
+
+void StepRunner::plan_ahead(int64_t next_side) {
+  if (graphed_) next_side_ = next_side;
+}
+
+void StepRunner::start_ahead(int64_t side) {
+  const int64_t to = next_side_;
+  next_side_ = 0;
+  if (to == side || ahead_.joinable()) return;
+  for (const auto& [key, c] : graphs_) {
+    if (key[2] == to) return;  // (N, C, H, W, ...): captured already
+  }
+  const c10::Device device = device_;
+  ahead_ = std::thread([this, side, to, device] {
+    try {
+      const model::PlanCost built = model::build_graph_plans_ahead(side, to, device);
+      std::ostringstream line;
+      line << std::fixed << std::setprecision(2) << "cuDNN graph plans for " << to << " px built ahead, beside the "
+           << side << " px steps: " << built.graphs << " in " << built.seconds << " s";
+      ahead_line_ = line.str();
+    } catch (const std::exception& e) {
+      ahead_line_ = std::string("cuDNN graph plans for ") + std::to_string(to) +
+                    " px not built ahead (its first step builds them): " + e.what();
+    }
+  });
+}
+
+void StepRunner::join_ahead() {
+  if (!ahead_.joinable()) return;
+  ahead_.join();
+  log::info(ahead_line_);
+}
+
 StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Tensor& labels) {
+  join_ahead();  // its plans are this capture's; and no graph is captured while it runs
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t reserved0 = gpu::reserved_bytes(device_);
   Captured& c = graphs_[shape_key(images, labels)];
@@ -293,6 +328,7 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   capture_cost_.seconds += seconds;
   capture_cost_.bytes += gpu::reserved_bytes(device_) - reserved0;
+  capture_cost_.plans += plans.graphs;
   std::ostringstream line;
   line << std::fixed << std::setprecision(2) << "CUDA graph for images " << images.sizes() << ": " << seconds
        << " s; warm-up steps";
@@ -310,6 +346,7 @@ at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& 
   c.labels.copy_(labels);
   lr_.fill_(lr);
   c.graph->replay(*stream_);
+  if (next_side_ > 0) start_ahead(images.size(2));
   return c.loss;
 }
 

@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "app/dist/distributed.h"
@@ -27,6 +29,9 @@ class StepRunner {
  public:
   // dist (may be null): several ranks start from rank 0's weights and average their gradients every step.
   StepRunner(const StepOptions& options, int64_t num_classes, Distributed* dist = nullptr);
+  ~StepRunner();
+  StepRunner(const StepRunner&) = delete;
+  StepRunner& operator=(const StepRunner&) = delete;
 
   // Several ranks: rank 0's weights, buffers, optimizer state and EMA into every rank (after a restore on rank 0),
   // and the BN running statistics (the EMA's too) averaged across ranks (each rank saw only its shard) before
@@ -49,15 +54,23 @@ class StepRunner {
   // train.eval_flip: of the mean logits of the images and their horizontal flips.
   void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums, bool ema = false);
 
+  // A resolution schedule: the next side the run trains at. With train.cuda_graph, after the next step at another
+  // side, a thread builds the cuDNN graph plans that side will need beside the training steps, and its capture
+  // finds them (docs/resolution-schedule.md#the-cost-of-a-first-switch).
+  void plan_ahead(int64_t next_side);
+
   bool graphed() const { return graphed_; }
   // train.cuda_graph: the batch shapes captured so far, one graph each (a resolution schedule's sides).
   int graphs() const { return static_cast<int>(graphs_.size()); }
   // What capturing them has cost so far: host seconds (warm-up and cuDNN's plan search at each new shape
-  // included) and the GPU memory the allocator reserved meanwhile.
+  // included), the GPU memory the allocator reserved meanwhile, and the cuDNN graph plans built in them.
   struct CaptureCost {
     double seconds = 0;
     int64_t bytes = 0;
-    CaptureCost operator-(const CaptureCost& o) const { return {seconds - o.seconds, bytes - o.bytes}; }
+    int64_t plans = 0;
+    CaptureCost operator-(const CaptureCost& o) const {
+      return {seconds - o.seconds, bytes - o.bytes, plans - o.plans};
+    }
   };
   CaptureCost capture_cost() const { return capture_cost_; }
   model::ResNet& model() { return model_; }
@@ -103,6 +116,12 @@ class StepRunner {
   std::map<std::vector<int64_t>, Captured> graphs_;  // by the batch's sizes and strides, and its labels' sizes
   at::Tensor lr_;  // () on the device
   CaptureCost capture_cost_;
+  // plan_ahead: the side asked for (0: none), and the thread building its plans, joined before any capture.
+  int64_t next_side_ = 0;
+  std::thread ahead_;
+  std::string ahead_line_;  // what it built, or why it stopped: logged when joined
+  void start_ahead(int64_t side);
+  void join_ahead();
 };
 
 }  // namespace pinfeed::app

@@ -300,6 +300,12 @@ class Training::Impl {
   }
 
   EpochProgress train_epoch(RunOutputs* out, int64_t epoch, int64_t first) {
+    for (int64_t e = epoch + 1; e < plan_.schedule.epochs; ++e) {  // the next side this run trains at
+      if (sets_.train->side(e) != sets_.train->side(epoch)) {
+        runner_.plan_ahead(sets_.train->side(e));
+        break;
+      }
+    }
     StepLoopOptions loop;
     loop.epoch = epoch;
     loop.first_step = first;

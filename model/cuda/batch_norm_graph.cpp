@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <ATen/cudnn/Handle.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "model/cuda/cudnn_graph.h"
 
@@ -170,9 +172,10 @@ std::unique_ptr<Backward> make_backward(const at::Tensor& x, bool add, cudnnHand
   return b;
 }
 
-// What graphs are built for: the cuDNN handle (each thread has its own: the forward runs on the caller's, the
-// backward on autograd's), the shape, dtype and residual; momentum and epsilon are constants inside them.
-using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int, bool, double, double>;
+// What graphs are built for: the device, the shape, dtype and residual; momentum and epsilon are constants inside
+// them. Not the cuDNN handle: a graph built on one thread's handle runs on another's (the forward on the caller's,
+// the backward on autograd's, a side's plans built ahead on the preparing thread's), never on two at once.
+using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int, bool, double, double>;
 
 struct Entry {
   std::unique_ptr<Forward> forward;
@@ -183,12 +186,12 @@ struct Entry {
 // The process's graphs, built on first use and kept (a built graph is only read afterwards), under one lock.
 class Cache {
  public:
-  // The forward graph for this handle, or nullptr and why not. Its first use also builds the backward graph on
-  // this handle: a cuDNN that cannot build either is found here, where the caller can still take the ...Ex calls.
+  // The forward graph, or nullptr and why not, built on `handle` if new. Its first use also builds the backward
+  // graph: a cuDNN that cannot build either is found here, where the caller can still take the ...Ex calls.
   Forward* forward(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle,
                    std::string& error) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    Entry& e = entry(x, add, momentum, eps, handle);
+    Entry& e = entries_[key(x, add, momentum, eps)];
     if (!e.forward && e.error.empty()) {
       e.error = attempt([&] {
         if (!e.backward) e.backward = make_backward(x, add, handle);
@@ -199,11 +202,11 @@ class Cache {
     error = e.error;
     return e.forward.get();
   }
-  // The backward graph for this handle, built on its first use; throws where cuDNN cannot build it (it did on
-  // the forward's handle, so only a failure of cuDNN itself lands here).
+  // The backward graph, built on `handle` if new; throws where cuDNN cannot build it (the forward's first use
+  // built it, so only a failure of cuDNN itself lands here).
   Backward& backward(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    Entry& e = entry(x, add, momentum, eps, handle);
+    Entry& e = entries_[key(x, add, momentum, eps)];
     if (!e.backward) {
       const std::string error = attempt([&] { e.backward = make_backward(x, add, handle); });
       TORCH_CHECK(error.empty(), "graph BatchNorm backward: ", error);
@@ -211,10 +214,42 @@ class Cache {
     return *e.backward;
   }
 
+  // Builds on `handle` the graphs of every shape built so far whose side `side` maps to another one, outside the
+  // lock: the training step may use the others meanwhile.
+  void build_ahead(const SideMap& side, cudnnHandle_t handle) {
+    std::vector<Key> wanted;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& [k, e] : entries_) {
+        const std::optional<int64_t> h = side(std::get<3>(k)), w = side(std::get<4>(k));
+        if (!e.forward || !h || !w) continue;
+        Key next = k;
+        std::get<3>(next) = *h;
+        std::get<4>(next) = *w;
+        if (!entries_.count(next)) wanted.push_back(next);
+      }
+    }
+    for (const Key& k : wanted) {
+      const auto [device, n, c, h, w, dtype, add, momentum, eps] = k;
+      // Only the sizes and dtype are read: a meta tensor holds no memory.
+      const at::Tensor x = at::empty({n, c, h, w}, at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype))
+                                                       .device(at::kMeta));
+      Entry built;
+      built.error = attempt([&] {
+        built.backward = make_backward(x, add, handle);
+        built.forward = make_forward(x, add, momentum, eps, handle);
+      });
+      if (!built.error.empty()) continue;  // left to the step's first use, which says why
+      const std::lock_guard<std::mutex> lock(mutex_);
+      Entry& e = entries_[k];
+      if (!e.forward && e.error.empty()) e = std::move(built);
+    }
+  }
+
  private:
-  Entry& entry(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle) {
-    return entries_[Key{handle, x.size(0), x.size(1), x.size(2), x.size(3), static_cast<int>(x.scalar_type()), add,
-                        momentum, eps}];
+  static Key key(const at::Tensor& x, bool add, double momentum, double eps) {
+    return Key{x.device().index(), x.size(0), x.size(1), x.size(2), x.size(3), static_cast<int>(x.scalar_type()),
+               add, momentum, eps};
   }
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
@@ -228,7 +263,7 @@ Cache& cache() {
 // The forward graph writes y, the batch's mean and inverse standard deviation, the new running statistics
 // (copied back into the module's) and a ReLU bit mask (y > 0, one bit per element); the backward graph multiplies
 // dy by the mask (that product is also the shortcut's gradient) and runs BatchNorm's backward. Graphs are built
-// once per shape, dtype, constants and cuDNN handle, on first use, and kept. Where it pays: docs/training-step.md.
+// once per shape, dtype and constants, on first use (or ahead of a new side), and kept. Where it pays: docs/training-step.md.
 class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
@@ -298,9 +333,49 @@ Backward& graph_backward(const at::Tensor& x, bool add, double momentum, double 
   return cache().backward(x, add, momentum, eps, handle);
 }
 
+void build_batch_norm_ahead(const SideMap& side, cudnnHandle_t handle) { cache().build_ahead(side, handle); }
+
 }  // namespace graph
 
 std::string graph_batch_norm_unavailable_reason() { return ""; }
+
+}  // namespace pinfeed::model::detail
+
+namespace pinfeed::model {
+
+PlanCost build_graph_plans_ahead(int64_t from, int64_t to, c10::Device device) {
+  using namespace detail::graph;
+  const PlanCost before = plan_cost();
+  const c10::cuda::CUDAGuard device_guard(device);
+  const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, device.index());
+  const c10::cuda::CUDAStreamGuard stream_guard(stream);
+  // One handle per device for this purpose, created once and kept (the plans built on it keep pointing at it);
+  // one thread at a time builds ahead.
+  static std::mutex handles_mutex;
+  static std::map<int, cudnnHandle_t> handles;
+  cudnnHandle_t handle = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(handles_mutex);
+    cudnnHandle_t& h = handles[device.index()];
+    if (!h) TORCH_CHECK(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS, "graph BatchNorm: cudnnCreate failed");
+    handle = h;
+  }
+  TORCH_CHECK(cudnnSetStream(handle, stream.stream()) == CUDNN_STATUS_SUCCESS, "graph BatchNorm: cudnnSetStream failed");
+  const SideMap side = [from, to](int64_t s) -> std::optional<int64_t> {
+    for (int64_t a = from, b = to;; a = (a + 1) / 2, b = (b + 1) / 2) {
+      if (s == a) return b;
+      if (a <= 1) return std::nullopt;
+    }
+  };
+  build_batch_norm_ahead(side, handle);
+  build_conv_units_ahead(side, handle);
+  stream.synchronize();
+  return plan_cost() - before;
+}
+
+}  // namespace pinfeed::model
+
+namespace pinfeed::model::detail {
 
 at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var,

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "model/cuda/cudnn_graph.h"
 
@@ -175,38 +176,67 @@ std::unique_ptr<Apply> make_apply(const at::Tensor& y, cudnnHandle_t handle) {
   return a;
 }
 
-// The conv3 units' graphs: built (and the convolution autotuned) on first use per cuDNN handle, x's shape, output
-// channels, momentum and epsilon, and kept, under one lock (taken before graph_backward's, never after); or why cuDNN
-// could not build them.
+// All of a conv3 unit's graphs for x (N, C, H, W) and w (K, C, 1, 1), built on `handle`; the backward's too: a cuDNN
+// that cannot build it (or the apply graph's mask) is found where the caller can still take the other route.
+std::unique_ptr<ConvStats> make_unit(const at::Tensor& x, const at::Tensor& w, double momentum, double eps,
+                                     cudnnHandle_t handle) {
+  auto u = std::make_unique<ConvStats>();
+  make_conv(*u, x, w, handle);
+  make_finalize(*u, x.size(0) * x.size(2) * x.size(3), w.size(0), momentum, eps, handle);
+  const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
+                                 x.options().memory_format(c10::MemoryFormat::ChannelsLast));
+  u->apply = make_apply(y, handle);
+  graph_backward(y, /*add=*/true, momentum, eps, handle);
+  return u;
+}
+
+// The conv3 units' graphs: built (and the convolution autotuned) on first use per device, x's shape, output
+// channels, momentum and epsilon (not per cuDNN handle: as the graph BatchNorm's), and kept, under one lock (taken
+// before graph_backward's, never after); or why cuDNN could not build them.
 class ConvStatsCache {
  public:
   ConvStats* get(const at::Tensor& x, const at::Tensor& w, double momentum, double eps, cudnnHandle_t handle,
                  std::string& error) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    Slot& s = slots_[Key{handle, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), momentum, eps,
+    Slot& s = slots_[Key{x.device().index(), x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), momentum, eps,
                          at::globalContext().benchmarkCuDNN()}];
-    if (!s.unit && s.error.empty()) {
-      s.error = attempt([&] {
-        auto u = std::make_unique<ConvStats>();
-        make_conv(*u, x, w, handle);
-        make_finalize(*u, x.size(0) * x.size(2) * x.size(3), w.size(0), momentum, eps, handle);
-        const at::Tensor y = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
-                                       x.options().memory_format(c10::MemoryFormat::ChannelsLast));
-        // The backward's graph is built here too, on this handle: a cuDNN that cannot build it (or the apply
-        // graph's mask) is found where the caller can still take the other route (the autograd thread builds its
-        // own on first use).
-        u->apply = make_apply(y, handle);
-        graph_backward(y, /*add=*/true, momentum, eps, handle);
-        s.unit = std::move(u);
-      });
-    }
+    if (!s.unit && s.error.empty()) s.error = attempt([&] { s.unit = make_unit(x, w, momentum, eps, handle); });
     error = s.error;
     return s.unit.get();
   }
 
+  // As the graph BatchNorm's build_ahead, for units whose convolution takes the first plan that runs
+  // (cudnn_benchmark off): timing candidates beside the training step would pick by its noise. The convolution
+  // runs once, on zeros, on the calling thread's current stream.
+  void build_ahead(const SideMap& side, cudnnHandle_t handle) {
+    std::vector<Key> wanted;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& [k, s] : slots_) {
+        const std::optional<int64_t> h = side(std::get<3>(k)), w = side(std::get<4>(k));
+        if (!s.unit || std::get<8>(k) || !h || !w) continue;
+        Key next = k;
+        std::get<3>(next) = *h;
+        std::get<4>(next) = *w;
+        if (!slots_.count(next)) wanted.push_back(next);
+      }
+    }
+    for (const Key& k : wanted) {
+      const auto [device, n, c, h, w, out, momentum, eps, benchmark] = k;
+      const auto options = at::TensorOptions().dtype(at::kHalf).device(at::Device(at::kCUDA, device));
+      const at::Tensor x = at::zeros({n, c, h, w}, options.memory_format(c10::MemoryFormat::ChannelsLast));
+      const at::Tensor weights = at::zeros({out, c, 1, 1}, options.memory_format(c10::MemoryFormat::ChannelsLast));
+      std::unique_ptr<ConvStats> unit;
+      if (!attempt([&] { unit = make_unit(x, weights, momentum, eps, handle); }).empty()) continue;
+      const std::lock_guard<std::mutex> lock(mutex_);
+      Slot& s = slots_[k];
+      if (!s.unit && s.error.empty()) s.unit = std::move(unit);
+    }
+  }
+
  private:
   // The last: cudnn_benchmark (it chooses how the convolution's plan is picked).
-  using Key = std::tuple<cudnnHandle_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double, bool>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, double, double, bool>;
   struct Slot {
     std::unique_ptr<ConvStats> unit;
     std::string error;  // why cuDNN could not build them ("" if it could)
@@ -303,6 +333,10 @@ class ConvBnAddReluFunction : public torch::autograd::Function<ConvBnAddReluFunc
 };
 
 }  // namespace
+
+namespace graph {
+void build_conv_units_ahead(const SideMap& side, cudnnHandle_t handle) { conv_stats_cache().build_ahead(side, handle); }
+}  // namespace graph
 
 at::Tensor graph_conv_bn_add_relu(const at::Tensor& x, const at::Tensor& w, const at::Tensor& residual,
                                   const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& running_mean,

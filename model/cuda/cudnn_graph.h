@@ -9,11 +9,12 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "model/plan_cost.h"
+#include "model/graph_plans.h"
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -45,8 +46,14 @@ struct Backward {
   TensorAttr dy, x, mask, gamma, mean, inv_std, dz, dx, dgamma, dbeta;
   int64_t workspace = 0;
 };
-// The process's backward graph for x's shape and dtype, the residual, momentum, epsilon and this handle, built
-// on first use and kept; throws where cuDNN cannot build it.
+// The process's backward graph for x's shape and dtype, the residual, momentum and epsilon, built on first use
+// (on `handle`) and kept; throws where cuDNN cannot build it.
 Backward& graph_backward(const at::Tensor& x, bool add, double momentum, double eps, cudnnHandle_t handle);
+
+// A feature map's side at the side being prepared, from its side at the one trained now; none if it has no match.
+using SideMap = std::function<std::optional<int64_t>(int64_t)>;
+// Each route's graphs ahead of a new side (model/graph_plans.h's build_graph_plans_ahead).
+void build_batch_norm_ahead(const SideMap& side, cudnnHandle_t handle);
+void build_conv_units_ahead(const SideMap& side, cudnnHandle_t handle);
 
 }  // namespace pinfeed::model::detail::graph

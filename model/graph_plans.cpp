@@ -1,4 +1,4 @@
-#include "model/plan_cost.h"
+#include "model/graph_plans.h"
 
 #include <atomic>
 
