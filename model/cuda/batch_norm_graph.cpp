@@ -220,14 +220,7 @@ class Cache {
     std::vector<Key> wanted;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& [k, e] : entries_) {
-        const std::optional<int64_t> h = side(std::get<3>(k)), w = side(std::get<4>(k));
-        if (!e.forward || !h || !w) continue;
-        Key next = k;
-        std::get<3>(next) = *h;
-        std::get<4>(next) = *w;
-        if (!entries_.count(next)) wanted.push_back(next);
-      }
+      wanted = keys_ahead(entries_, side, [](const Key&, const Entry& e) { return e.forward != nullptr; });
     }
     for (const Key& k : wanted) {
       const auto [device, n, c, h, w, dtype, add, momentum, eps] = k;

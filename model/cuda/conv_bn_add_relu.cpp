@@ -212,14 +212,8 @@ class ConvStatsCache {
     std::vector<Key> wanted;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& [k, s] : slots_) {
-        const std::optional<int64_t> h = side(std::get<3>(k)), w = side(std::get<4>(k));
-        if (!s.unit || std::get<8>(k) || !h || !w) continue;
-        Key next = k;
-        std::get<3>(next) = *h;
-        std::get<4>(next) = *w;
-        if (!slots_.count(next)) wanted.push_back(next);
-      }
+      // Built units whose convolution took the first plan that runs (the key's last: cudnn_benchmark).
+      wanted = keys_ahead(slots_, side, [](const Key& k, const Slot& s) { return s.unit && !std::get<8>(k); });
     }
     for (const Key& k : wanted) {
       const auto [device, n, c, h, w, out, momentum, eps, benchmark] = k;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace pinfeed::model::detail::graph {
 
@@ -52,6 +53,21 @@ Backward& graph_backward(const at::Tensor& x, bool add, double momentum, double 
 
 // A feature map's side at the side being prepared, from its side at the one trained now; none if it has no match.
 using SideMap = std::function<std::optional<int64_t>(int64_t)>;
+// The keys of the graphs built so far (`built`: a map whose keys hold H and W at positions 3 and 4) that `take`
+// accepts, at the sides `side` maps theirs to, where that key is not built yet: what to build ahead of a new side.
+template <class Map, class Take>
+std::vector<typename Map::key_type> keys_ahead(const Map& built, const SideMap& side, Take take) {
+  std::vector<typename Map::key_type> wanted;
+  for (const auto& [k, v] : built) {
+    const std::optional<int64_t> h = side(std::get<3>(k)), w = side(std::get<4>(k));
+    if (!h || !w || !take(k, v)) continue;
+    typename Map::key_type next = k;
+    std::get<3>(next) = *h;
+    std::get<4>(next) = *w;
+    if (!built.count(next)) wanted.push_back(next);
+  }
+  return wanted;
+}
 // Each route's graphs ahead of a new side (model/graph_plans.h's build_graph_plans_ahead).
 void build_batch_norm_ahead(const SideMap& side, cudnnHandle_t handle);
 void build_conv_units_ahead(const SideMap& side, cudnnHandle_t handle);
