@@ -16,7 +16,7 @@ def main():
     repo = pathlib.Path(sys.argv[1])
     raw = json.loads((repo / "docs" / "data" / "resolution-schedule" / "schedule-ffcv16.json").read_text())
     script = repo / "scripts" / "schedule_table.py"
-    images = 38400
+    images = raw["train_images"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         metrics = tmp / "metrics.jsonl"
