@@ -109,7 +109,7 @@ class Metered:
     """The row's batches, noting the process tree's CPU time when the first timed step asks for its batch."""
 
     def __init__(self, batches, warmup):
-        self.batches, self.warmup, self.asked, self.cpu0 = batches, warmup, 0, None
+        self.batches, self.warmup, self.asked, self.cpu0, self.thread0 = batches, warmup, 0, None, None
 
     def __iter__(self):
         return self
@@ -117,6 +117,7 @@ class Metered:
     def __next__(self):
         if self.asked == self.warmup:
             self.cpu0 = tree_usage()[0]
+            self.thread0 = time.thread_time()  # the loop's own thread: it launches the step's kernels
         self.asked += 1
         return next(self.batches)
 
@@ -194,13 +195,17 @@ def run_row(args, step, batches, device, name):
     from reference_pytorch import time_training
     metered = Metered(batches, args.warmup)
     res = time_training(args, step, metered, device, name)
+    loop_thread_s = time.thread_time() - metered.thread0
     cpu1, rss, pss = tree_usage()
     samples = args.steps * args.batch_size
     seconds = samples / res["samples_per_s"]
     cpu_s = cpu1 - metered.cpu0
     return {"samples_per_s": res["samples_per_s"], "gpu_idle": res["gpu_idle"], "wait_ms_p50": res["wait_ms_p50"],
             "host_cpu_s": cpu_s, "host_cpu_ms_per_sample": 1e3 * cpu_s / samples, "host_cores_busy": cpu_s / seconds,
-            "rss_mb": rss / 2**20, "pss_mb": pss / 2**20}
+            "rss_mb": rss / 2**20, "pss_mb": pss / 2**20,
+            # Near the step's time when the loop's thread is what bounds it (launching the kernels); well below it
+            # when that thread waits (for the GPU, a lock, a core).
+            "loop_thread_cpu_ms_per_step": 1e3 * loop_thread_s / args.steps, "step_ms": 1e3 * seconds / args.steps}
 
 
 def main(argv=None):
@@ -297,7 +302,8 @@ def report(row, ceiling):
     idle = "n/a" if row["gpu_idle"] is None else f"{100 * row['gpu_idle']:.1f}%"
     print(f"{row['image_size']} px {row['feed']:<15} threads {str(row['threads']):<4} {row['samples_per_s']:8.1f} "
           f"samples/s {pct:5.1f}% of ceiling, GPU idle {idle}, host CPU {row['host_cpu_ms_per_sample']:.2f} ms/sample "
-          f"({row['host_cores_busy']:.1f} cores), RSS {row['rss_mb']:.0f} MB, PSS {row['pss_mb']:.0f} MB", flush=True)
+          f"({row['host_cores_busy']:.1f} cores), loop thread {row['loop_thread_cpu_ms_per_step']:.1f} ms CPU of a "
+          f"{row['step_ms']:.1f} ms step, RSS {row['rss_mb']:.0f} MB, PSS {row['pss_mb']:.0f} MB", flush=True)
 
 
 if __name__ == "__main__":
