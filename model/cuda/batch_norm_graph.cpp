@@ -256,7 +256,8 @@ Cache& cache() {
 // The forward graph writes y, the batch's mean and inverse standard deviation, the new running statistics
 // (copied back into the module's) and a ReLU bit mask (y > 0, one bit per element); the backward graph multiplies
 // dy by the mask (that product is also the shortcut's gradient) and runs BatchNorm's backward. Graphs are built
-// once per shape, dtype and constants, on first use (or ahead of a new side), and kept. Where it pays: docs/training-step.md.
+// once per shape, dtype and constants, on first use (or ahead of a new side), and kept. Where it pays:
+// docs/training-step.md.
 class GraphBatchNormFunction : public torch::autograd::Function<GraphBatchNormFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
@@ -332,6 +333,17 @@ void build_batch_norm_ahead(const SideMap& side, cudnnHandle_t handle) { cache()
 
 std::string graph_batch_norm_unavailable_reason() { return ""; }
 
+
+at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                            const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var,
+                            double momentum, double eps, std::string& why) {
+  const cudnnHandle_t handle = handle_on(x);
+  Forward* graph = cache().forward(x, residual.defined(), momentum, eps, handle, why);
+  if (!graph) return at::Tensor();
+  const std::optional<at::Tensor> z = residual.defined() ? std::optional<at::Tensor>(residual) : std::nullopt;
+  return GraphBatchNormFunction::apply(x, z, weight, bias, running_mean, running_var, momentum, eps, graph, handle);
+}
+
 }  // namespace pinfeed::model::detail
 
 namespace pinfeed::model {
@@ -353,7 +365,8 @@ PlanCost build_graph_plans_ahead(int64_t from, int64_t to, c10::Device device) {
     if (!h) TORCH_CHECK(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS, "graph BatchNorm: cudnnCreate failed");
     handle = h;
   }
-  TORCH_CHECK(cudnnSetStream(handle, stream.stream()) == CUDNN_STATUS_SUCCESS, "graph BatchNorm: cudnnSetStream failed");
+  TORCH_CHECK(cudnnSetStream(handle, stream.stream()) == CUDNN_STATUS_SUCCESS,
+              "graph BatchNorm: cudnnSetStream failed");
   const SideMap side = [from, to](int64_t s) -> std::optional<int64_t> {
     for (int64_t a = from, b = to;; a = (a + 1) / 2, b = (b + 1) / 2) {
       if (s == a) return b;
@@ -367,17 +380,3 @@ PlanCost build_graph_plans_ahead(int64_t from, int64_t to, c10::Device device) {
 }
 
 }  // namespace pinfeed::model
-
-namespace pinfeed::model::detail {
-
-at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
-                            const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var,
-                            double momentum, double eps, std::string& why) {
-  const cudnnHandle_t handle = handle_on(x);
-  Forward* graph = cache().forward(x, residual.defined(), momentum, eps, handle, why);
-  if (!graph) return at::Tensor();
-  const std::optional<at::Tensor> z = residual.defined() ? std::optional<at::Tensor>(residual) : std::nullopt;
-  return GraphBatchNormFunction::apply(x, z, weight, bias, running_mean, running_var, momentum, eps, graph, handle);
-}
-
-}  // namespace pinfeed::model::detail
