@@ -35,7 +35,8 @@ class PlanCostTimer {
 // for a thread beside the training step: its own cuDNN handle and CUDA stream, the routes' caches under their
 // locks. A plan that exists is kept; a guess no step asks for costs only its build; the conv3 route's units only
 // with cudnn_benchmark off (their timing would measure the step beside them). Nothing in a build without the
-// routes. Returns what it built.
+// routes. Returns plan_cost()'s growth while it ran: its own builds, and any another thread made meanwhile (the
+// training thread's eager last batch of an epoch at a shape new to the run).
 PlanCost build_graph_plans_ahead(int64_t from, int64_t to, c10::Device device);
 
 }  // namespace pinfeed::model
