@@ -12,9 +12,11 @@ number of CPU threads, all reading the same JPEG folder:
 - dataloader: torchvision ImageFolder + RandomResizedCrop + RandomHorizontalFlip + PILToTensor, DataLoader(
   num_workers=T, pin_memory, persistent_workers, prefetch_factor 4), uint8 over PCIe on a side stream (reference_
   pytorch's SideStreamPrefetcher), normalised to float16 channels_last on the GPU;
-- resident: the same step on one batch kept on the GPU, per size: the ceiling each row is a share of.
+- resident: the same step on one batch kept on the GPU: the ceiling. It runs before a size's first row and again
+  after each row, and a row's ceiling is the mean of the two resident rows around it (the step's own rate drifts
+  by several % within a process: the GPU's clocks, a first row faster than the later ones).
 Per row: samples/s over the timed steps (reference_pytorch.time_training: synchronised wall time after the warm-up
-steps), its share of the ceiling, the GPU's idle share, the host CPU seconds the whole process tree spent in those
+steps), its share of its ceiling, the GPU's idle share, the host CPU seconds the whole process tree spent in those
 steps (this process's threads and any worker processes, from /proc: DataLoader's workers are live children that
 getrusage does not count) per sample and as cores kept busy, and the tree's resident memory at the row's end
 (RSS summed, and PSS, which counts pages shared between the workers once). torch.compile compiles each size's
@@ -52,9 +54,10 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=40, help="timed steps per row")
     p.add_argument("--hw-decoder-load", type=float, default=0.65, help="DALI mixed: share for the HW decoder")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager step (a smoke test)")
-    p.add_argument("--compile-mode", default="default",
+    p.add_argument("--compile-mode", default="reduce-overhead",
                    choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
-                   help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
+                   help="torch.compile's mode: reduce-overhead (the default) replays the step's kernels as CUDA "
+                        "graphs, the fastest step here; default launches them one by one from Python")
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the pinfeed and dataloader rows as a smoke test")
     p.add_argument("--stream", default="default", choices=["default", "side"],
                    help="the loop's CUDA stream: the legacy default stream (a plain PyTorch loop's) or one of its "
@@ -255,10 +258,13 @@ def main(argv=None):
         y = torch.randint(len(classes), (args.batch_size,), device=device)
         compile_s[size] = compile_warmup(step, x, y, device)
         print(f"{size} px: warm-up steps (compiling: {args.compile}) took {compile_s[size]:.1f} s", flush=True)
-        ceiling = run_row(args, step, iter(lambda: (x, y), None), device, "resident")
-        rows.append(dict(feed="resident", decoder=None, threads=None, image_size=size, **ceiling))
-        report(rows[-1], ceiling)
-        del x, y
+
+        def resident_row():
+            rows.append(dict(feed="resident", decoder=None, threads=None, image_size=size,
+                             **run_row(args, step, iter(lambda: (x, y), None), device, "resident")))
+            report(rows[-1])
+            return rows[-1]["samples_per_s"]
+        before = resident_row()
         for threads in args.threads:
             plan = []
             if "pinfeed" in feeds:
@@ -278,11 +284,14 @@ def main(argv=None):
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
                     gc.collect()
-                rows.append(dict(feed=name, decoder=decoder, threads=threads, image_size=size, **res))
-                report(rows[-1], ceiling)
-        for r in rows:
-            if r["image_size"] == size:
-                r["pct_of_ceiling"] = 100 * r["samples_per_s"] / ceiling["samples_per_s"]
+                row = dict(feed=name, decoder=decoder, threads=threads, image_size=size, **res)
+                rows.append(row)
+                after = resident_row()
+                row["ceiling_samples_per_s"] = (before + after) / 2
+                row["pct_of_ceiling"] = 100 * row["samples_per_s"] / row["ceiling_samples_per_s"]
+                report(row)
+                before = after
+        del x, y
     meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "torch": torch.__version__,
             "torchvision": torchvision.__version__, "gpu": torch.cuda.get_device_name(device)
             if device.type == "cuda" else None, "cpu_cores": os.cpu_count(), "dataset": args.train_root,
@@ -297,8 +306,8 @@ def main(argv=None):
     return 0
 
 
-def report(row, ceiling):
-    pct = 100 * row["samples_per_s"] / ceiling["samples_per_s"]
+def report(row):
+    pct = row.get("pct_of_ceiling", 100.0)
     idle = "n/a" if row["gpu_idle"] is None else f"{100 * row['gpu_idle']:.1f}%"
     print(f"{row['image_size']} px {row['feed']:<15} threads {str(row['threads']):<4} {row['samples_per_s']:8.1f} "
           f"samples/s {pct:5.1f}% of ceiling, GPU idle {idle}, host CPU {row['host_cpu_ms_per_sample']:.2f} ms/sample "
