@@ -211,22 +211,13 @@ def run_row(args, step, batches, device, name):
             "loop_thread_cpu_ms_per_step": 1e3 * loop_thread_s / args.steps, "step_ms": 1e3 * seconds / args.steps}
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if "pinfeed" in args.feeds:
-        import pinfeed  # noqa: F401  before CUDA starts: it asks for 32 hardware queues (docs/python-module.md)
+def make_step(args, device):
+    """The step every row trains (reference_pytorch.TrainStep on torchvision's ResNet-50) and the split's classes.
+    Sets args.train_root and, where --warmup is not given, args.warmup: one pass over the files and 10 steps."""
     import torch
     import torchvision
-    from reference_pytorch import TrainStep, compile_warmup
     from reference_dali import classes_of, train_dir
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # fail now, not after the rows
-
-    device = torch.device(args.device)
-    if device.type == "cuda":
-        device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
-        torch.cuda.set_device(device)
-        if args.stream == "side":
-            torch.cuda.set_stream(torch.cuda.Stream(device))
+    from reference_pytorch import TrainStep
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch._dynamo.config.automatic_dynamic_shapes = False  # a static graph per image size
@@ -235,6 +226,27 @@ def main(argv=None):
     if args.warmup is None:
         files = sum(len(names) for _, _, names in os.walk(args.train_root, followlinks=True))
         args.warmup = -(-files // args.batch_size) + 10
+    model = torchvision.models.resnet50(num_classes=len(classes)).to(device, memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=device.type == "cuda")
+    return TrainStep(args, model, opt, device), classes
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if "pinfeed" in args.feeds:
+        import pinfeed  # noqa: F401  before CUDA starts: it asks for 32 hardware queues (docs/python-module.md)
+    import torch
+    import torchvision
+    from reference_pytorch import compile_warmup
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # fail now, not after the rows
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+        torch.cuda.set_device(device)
+        if args.stream == "side":
+            torch.cuda.set_stream(torch.cuda.Stream(device))
+    step, classes = make_step(args, device)
     feeds = list(args.feeds)
     if "dali" in feeds:
         try:
@@ -247,9 +259,6 @@ def main(argv=None):
             print("dali rows skipped: the mixed decoder needs CUDA", file=sys.stderr)
             feeds.remove("dali")
 
-    model = torchvision.models.resnet50(num_classes=len(classes)).to(device, memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=device.type == "cuda")
-    step = TrainStep(args, model, opt, device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     rows, compile_s = [], {}
     for size in args.sizes:

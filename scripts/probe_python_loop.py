@@ -46,19 +46,9 @@ def main():
     a, args = parse_args()
     import pinfeed  # noqa: F401  before CUDA starts (its hardware queues)
     import torch
-    import torchvision
-    from reference_dali import classes_of, train_dir
-    from reference_pytorch import TrainStep, compile_warmup
+    from reference_pytorch import compile_warmup
     device = torch.device("cuda", torch.cuda.current_device())
-    torch.backends.cudnn.benchmark = True
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    args.train_root = train_dir(args.root)
-    classes = classes_of(args.train_root)
-    files = sum(len(names) for _, _, names in os.walk(args.train_root, followlinks=True))
-    args.warmup = -(-files // args.batch_size) + 10  # past the loader's first pass, as bench_python_feed.py
-    model = torchvision.models.resnet50(num_classes=len(classes)).to(device, memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=True)
-    step = TrainStep(args, model, opt, device)
+    step, classes = bench.make_step(args, device)  # and args.warmup: past the loader's first pass
     x = torch.randn(args.batch_size, 3, a.size, a.size, device=device, dtype=torch.float16).contiguous(
         memory_format=torch.channels_last)
     y = torch.randint(len(classes), (args.batch_size,), device=device)

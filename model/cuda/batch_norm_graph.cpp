@@ -333,7 +333,6 @@ void build_batch_norm_ahead(const SideMap& side, cudnnHandle_t handle) { cache()
 
 std::string graph_batch_norm_unavailable_reason() { return ""; }
 
-
 at::Tensor graph_batch_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& running_mean, const at::Tensor& running_var,
                             double momentum, double eps, std::string& why) {
