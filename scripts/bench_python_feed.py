@@ -6,9 +6,9 @@ autocast with a GradScaler, channels_last, fused SGD; batch 256 by default. Rows
 number of CPU threads, all reading the same JPEG folder:
 - pinfeed_<decoder>: pinfeed.ImageFolderLoader(decoder=..., threads=T, dtype=float16, channels_last) (the
   decoders of --pinfeed-decoders: nvjpeg, the GPU's decode, and cpu);
-- dali_mixed: DALI's fn.decoders.image_random_crop(device="mixed") pipeline and its DALIGenericIterator, as
-  scripts/reference_dali.py builds it (num_threads=T, float16 HWC out); skipped, with a message, when nvidia.dali
-  cannot be imported;
+- dali_mixed_<load>: DALI's fn.decoders.image_random_crop(device="mixed") pipeline and its DALIGenericIterator,
+  as scripts/reference_dali.py builds it (num_threads=T, hw_decoder_load=<load>, float16 HWC out), a row for each
+  load of --hw-decoder-loads; skipped, with a message, when nvidia.dali cannot be imported;
 - dataloader: torchvision ImageFolder + RandomResizedCrop + RandomHorizontalFlip + PILToTensor, DataLoader(
   num_workers=T, pin_memory, persistent_workers, prefetch_factor 4), uint8 over PCIe on a side stream (reference_
   pytorch's SideStreamPrefetcher), normalised to float16 channels_last on the GPU;
@@ -52,7 +52,9 @@ def parse_args(argv=None):
                         "in its first pass, where pinfeed's loader checks each JPEG once on the CPU as `pinfeed "
                         "bench` does before timing)")
     p.add_argument("--steps", type=int, default=40, help="timed steps per row")
-    p.add_argument("--hw-decoder-load", type=float, default=0.65, help="DALI mixed: share for the HW decoder")
+    p.add_argument("--hw-decoder-loads", default="0.65,0.99",
+                   help="DALI mixed: its share for the hardware decoder, a row each (its default; the better at 2 "
+                        "threads, docs/gpu-decode.md)")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager step (a smoke test)")
     p.add_argument("--compile-mode", default="reduce-overhead",
                    choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
@@ -66,6 +68,7 @@ def parse_args(argv=None):
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
     args.threads = [int(t) for t in args.threads.split(",") if t]
     args.feeds = [f for f in args.feeds.split(",") if f]
+    args.hw_decoder_loads = [float(v) for v in args.hw_decoder_loads.split(",") if v]
     args.pinfeed_decoders = [d for d in args.pinfeed_decoders.split(",") if d]
     for f in args.feeds:
         if f not in ("pinfeed", "dali", "dataloader"):
@@ -146,12 +149,12 @@ def pinfeed_feed(args, size, threads, decoder, device):
     return epochs(), loader.close
 
 
-def dali_feed(args, size, threads, device):
+def dali_feed(args, size, threads, hw_decoder_load, device):
     import reference_dali
     dargs = argparse.Namespace(train_root=args.train_root, image_size=size, batch_size=args.batch_size,
                                dtype="float16", channels_last=True, seed=12, prefetch_queue_depth=3)
     hint = reference_dali.largest_image(args.train_root, reference_dali.classes_of(args.train_root))
-    pipe, iterator = reference_dali.build_pipeline(dargs, "mixed", threads, args.hw_decoder_load, hint, True,
+    pipe, iterator = reference_dali.build_pipeline(dargs, "mixed", threads, hw_decoder_load, hint, True,
                                                    device.index if device.index is not None else 0)
     batches = reference_dali.dali_batches(iterator, channels_last=True, float_input=False)
 
@@ -280,7 +283,8 @@ def main(argv=None):
                 plan += [(f"pinfeed_{d}", d, lambda d=d: pinfeed_feed(args, size, threads, d, device))
                          for d in args.pinfeed_decoders if device.type == "cuda" or d == "cpu"]
             if "dali" in feeds:
-                plan.append(("dali_mixed", "mixed", lambda: dali_feed(args, size, threads, device)))
+                plan += [(f"dali_mixed_{load}", "mixed", lambda load=load: dali_feed(args, size, threads, load, device))
+                         for load in args.hw_decoder_loads]
             if "dataloader" in feeds:
                 plan.append(("dataloader", "pil", lambda: dataloader_feed(args, size, threads, device)))
             for name, decoder, make in plan:
@@ -307,7 +311,7 @@ def main(argv=None):
             "classes": len(classes), "batch_size": args.batch_size, "precision": args.precision,
             "compile": args.compile, "compile_mode": args.compile_mode, "channels_last": True, "stream": args.stream,
             "warmup_steps": args.warmup, "steps": args.steps,
-            "warmup_s_by_size": compile_s, "hw_decoder_load": args.hw_decoder_load,
+            "warmup_s_by_size": compile_s, "hw_decoder_loads": args.hw_decoder_loads,
             "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)
