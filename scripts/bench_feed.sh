@@ -4,11 +4,13 @@
 # (the step's ceiling) and loader_only row (the decode alone: every batch decoded on the GPU, no step),
 # then DALI's `mixed` decoder feeding torchvision's ResNet-50 under torch.compile at the same points
 # (hw_decoder_load 0.65 and 0.99). Then the table (scripts/feed_table.py) into OUT_DIR/feed.md.
+# `loop` times DALI (and pinfeed's Python module) in scripts/bench_python_feed.py's loop instead: torch.compile
+# reduce-overhead, the step's stronger mode (docs/python-module.md#in-a-pytorch-loop), after all the sizes.
 #   usage: scripts/bench_feed.sh OUT_DIR
 #   PINFEED_BIN           pinfeed executable (default: build/app/pinfeed, built by setup.sh if missing)
 #   PINFEED_FEED_DATA     ImageFolder (default: generated once, 100 classes x 96 photo-like JPEGs of 500x375)
 #   SIZES THREADS         image sizes and CPU threads (default "224 192 160 128", "2 4")
-#   PARTS                 any of: pinfeed dali trace (default "pinfeed dali"); trace: a Kineto trace of 10
+#   PARTS                 any of: pinfeed dali loop trace (default "pinfeed dali"); trace: a Kineto trace of 10
 #                         steps of each pinfeed row at 2 threads, summed by scripts/trace_kernels.py (kernel
 #                         time) and scripts/trace_gaps.py (where the step's stream waited)
 #   REPEATS               per point (default 2); 20 timed steps after 6 warm-up ones at 224 px, 40 after 10 below
@@ -71,6 +73,17 @@ for size in $sizes; do
     fi
   fi
 done
+loop_files=()
+if [[ " $parts " == *" loop "* ]]; then
+  s=${sizes// /,} t=${threads// /,}
+  if PYTHONPATH="$repo/build/python${PYTHONPATH:+:$PYTHONPATH}" "$python" scripts/bench_python_feed.py --root "$data" \
+       --sizes "$s" --threads "$t" --feeds pinfeed,dali --pinfeed-decoders nvjpeg --hw-decoder-loads "${HW_LOADS:-0.65,0.99}" \
+       --out "$out/loop.json" > "$out/loop.log" 2>&1; then
+    loop_files+=("$out/loop.json")
+  else
+    echo "[bench_feed] the Python loop failed: see $out/loop.log" >&2
+  fi
+fi
 (( ${#pinfeed_files[@]} )) || { echo "[bench_feed] no pinfeed row ran" >&2; exit 1; }
 "$python" scripts/feed_table.py --pinfeed "${pinfeed_files[@]}" ${dali_files:+--dali "${dali_files[@]}"} \
-  --json "$out/feed.json" | tee "$out/feed.md"
+  ${loop_files:+--loop "${loop_files[@]}"} --json "$out/feed.json" | tee "$out/feed.md"

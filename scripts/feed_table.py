@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The feed's comparison table from the JSON files scripts/bench_feed.sh writes: pinfeed's nvJPEG feed
 (`pinfeed bench --modes dual_stream,gpu_resident`, one bench.json per point) against its own ceiling and against
-DALI + torch.compile (scripts/reference_dali.py --sweep, one JSON per image size).
+DALI + torch.compile: scripts/reference_dali.py --sweep (one JSON per image size), or the DALI rows of
+scripts/bench_python_feed.py (--loop: its loop, the resident ceiling around each row, its compile mode).
 
-    feed_table.py --pinfeed FILE [FILE ...] --dali FILE [FILE ...] [--json OUT]
+    feed_table.py --pinfeed FILE [FILE ...] [--dali FILE [FILE ...]] [--loop FILE [FILE ...]] [--json OUT]
 
 Per point (image size, CPU threads): pinfeed's dual_stream samples/s, median over the repeats [min-max], its share
 of the gpu_resident row of the same bench, images per CPU thread, the decode alone (the loader_only row: GPU
@@ -55,13 +56,28 @@ def dali_points(paths):
     return best
 
 
+def loop_points(paths):
+    best = {}
+    for path in paths:
+        doc = load(path)
+        for row in doc["rows"]:
+            if not row["feed"].startswith("dali_mixed"):
+                continue
+            key, value = (row["image_size"], row["threads"]), row["samples_per_s"]
+            if key not in best or value > best[key]["value"][0]:
+                best[key] = {"value": (value, value, value), "load": float(row["feed"].rsplit("_", 1)[1]),
+                             "mode": doc["meta"]["compile_mode"]}
+    return best
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pinfeed", nargs="+", required=True)
     p.add_argument("--dali", nargs="*", default=[])
+    p.add_argument("--loop", nargs="*", default=[], help="bench_python_feed.py JSON: DALI's rows (over --dali's)")
     p.add_argument("--json", help="also write the table's figures here")
     a = p.parse_args()
-    ours, theirs = pinfeed_points(a.pinfeed), dali_points(a.dali)
+    ours, theirs = pinfeed_points(a.pinfeed), {**dali_points(a.dali), **loop_points(a.loop)}
     print("| px | CPU threads | pinfeed nvJPEG | % of pinfeed's ceiling | per CPU thread | decode alone "
           "| DALI + `torch.compile` (best load) | pinfeed / DALI |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -83,7 +99,8 @@ def main():
         table.append({"image_size": size, "threads": threads, "pinfeed": [m, lo, hi], "ceiling": ceiling,
                       "share_of_ceiling": m / ceiling,
                       "per_thread": m / threads, "decode_alone": decode[0] if decode else None, "dali": d["value"] if d else None,
-                      "dali_hw_decoder_load": d["load"] if d else None, "pinfeed_over_dali": ratio})
+                      "dali_hw_decoder_load": d["load"] if d else None,
+                      "dali_compile_mode": d.get("mode", "default") if d else None, "pinfeed_over_dali": ratio})
     if a.json:
         with open(a.json, "w") as f:
             json.dump(table, f, indent=1)

@@ -1,6 +1,7 @@
 """scripts/feed_table.py on the feed's raw data kept in docs/: one row per (image size, threads), pinfeed's share of
 the gpu_resident row of its own bench, DALI's best hw_decoder_load at the same threads and the ratio of the
-medians; a point DALI did not run shows n/a.
+medians; a point DALI did not run shows n/a. With --loop (DALI's rows from scripts/bench_python_feed.py), the
+resolution schedule's four-side table is what it keeps.
 
 Usage: check_feed_table.py REPO_ROOT.
 """
@@ -46,6 +47,23 @@ def main():
     r = subprocess.run([sys.executable, str(script), "--pinfeed", ours[0]], capture_output=True, text=True)
     if r.returncode != 0 or r.stdout.count("| n/a | n/a |") != 1:
         fail(f"without DALI: exit {r.returncode}\n{r.stdout}{r.stderr}")
+    four = json.loads((repo / "docs" / "data" / "resolution-schedule" / "feed-dali-four-sides.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for size, bench in four["pinfeed_bench"].items():
+            paths.append(pathlib.Path(tmp) / f"pinfeed-{size}.json")
+            paths[-1].write_text(json.dumps(bench))
+        loop, out = pathlib.Path(tmp) / "loop.json", pathlib.Path(tmp) / "feed.json"
+        loop.write_text(json.dumps(four["python_loop"]))
+        r = subprocess.run([sys.executable, str(script), "--pinfeed", *map(str, paths), "--loop", str(loop), "--json",
+                            str(out)], capture_output=True, text=True)
+        if r.returncode != 0 or json.loads(out.read_text()) != four["table"]:
+            fail(f"four sides: exit {r.returncode}\n{r.stdout}{r.stderr}")
+    dali = {(row["image_size"], row["threads"]): row["samples_per_s"] for row in four["python_loop"]["rows"]
+            if row["feed"] == "dali_mixed_0.99"}
+    for t in four["table"]:
+        if t["dali"][0] != dali[(t["image_size"], t["threads"])] or t["dali_compile_mode"] != "reduce-overhead":
+            fail(f"four sides: {t} is not the loop's DALI row")
     print("ok")
 
 
