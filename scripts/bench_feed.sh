@@ -16,6 +16,7 @@
 #   REPEATS               per point (default 2); 20 timed steps after 6 warm-up ones at 224 px, 40 after 10 below
 #   HW_LOADS              DALI's hw_decoder_load values tried at each point, the better one reported
 #                         (default "0.65,0.99")
+#   COMPILE_MODE          torch.compile's mode for the `dali` part (default: default; `loop` is reduce-overhead)
 #   PYTHON                Python with torch, torchvision and nvidia-dali-cuda130 (default python3)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,7 +64,8 @@ for size in $sizes; do
     done
   fi
   if [[ " $parts " == *" dali "* ]]; then
-    if "$python" scripts/reference_dali.py --root "$data" --compile --precision fp16 --image-size "$size" --sweep \
+    if "$python" scripts/reference_dali.py --root "$data" --compile --compile-mode "${COMPILE_MODE:-default}" \
+         --precision fp16 --image-size "$size" --sweep \
          --sweep-threads "${threads// /,}" --sweep-decoders mixed --sweep-hw-loads "${HW_LOADS:-0.65,0.99}" --repeats "$repeats" \
          --warmup "$warmup" --steps "$steps" --modes train,gpu_resident --out "$out/dali-$size.json" \
          > "$out/dali-$size.log" 2>&1; then

@@ -52,7 +52,8 @@ add() {  # LABEL FILE COMMAND...: runs the row; a failed row is named and left o
 }
 for p in $precisions; do
   [[ " $parts " == *" compile "* ]] &&
-    add "torchvision + torch.compile, $p" "$out/torch-compile-$p.json" python_row "torch-compile-$p" --precision "$p" --compile
+    add "torchvision + torch.compile, $p" "$out/torch-compile-$p.json" python_row "torch-compile-$p" --precision "$p" \
+      --compile --compile-mode "${COMPILE_MODE:-default}"
   [[ " $parts " == *" eager "* ]] &&
     add "torchvision eager, $p" "$out/torch-eager-$p.json" python_row "torch-eager-$p" --precision "$p"
   [[ " $parts " == *" unfused "* ]] &&

@@ -7,13 +7,13 @@ next device-ready batch; GPU idle = 1 - (sum of the training steps' CUDA-event s
 end). The model, optimiser and training step are reference_pytorch's (its TrainStep): torchvision resnet50, fused
 SGD (lr 0.1, momentum 0.9, weight decay 1e-4), cross-entropy, cudnn.benchmark, TF32 unless fp32, bf16 autocast with
 --precision bf16, fp16 autocast with a GradScaler with --precision fp16, the model in channels_last with
---channels-last (the default). --compile: torch.compile(model), default mode, as in reference_pytorch.py: compiled
-by reference_pytorch.COMPILE_WARMUP_STEPS steps on the first pipeline's first batch before anything is timed (its
-seconds in meta.compile_s); every point's --warmup steps still follow. The JSON is the schema of pinfeed's
-bench.json (implementation "dali", or "dali+compile"; each row and meta also carry "compile" and "precision"), so
-`pinfeed bench --reference FILE` and scripts/plot_bench.py show it beside pinfeed; each row also names its decoder,
-threads and hw_decoder_load, and says whether the GPU waited for its input (cpu_input_bound: more than 5% GPU
-idle).
+--channels-last (the default). --compile: torch.compile(model), default mode (--compile-mode), as in
+reference_pytorch.py: compiled by reference_pytorch.COMPILE_WARMUP_STEPS steps on the first pipeline's first batch
+before anything is timed (its seconds in meta.compile_s); every point's --warmup steps still follow. The JSON is the
+schema of pinfeed's bench.json (implementation "dali", or "dali+compile"; each row and meta also carry "compile" and
+"precision"), so `pinfeed bench --reference FILE` and scripts/plot_bench.py show it beside pinfeed; each row also
+names its decoder, threads and hw_decoder_load, and says whether the GPU waited for its input (cpu_input_bound: more
+than 5% GPU idle).
 
 DALI's setup, its strongest idiomatic one (DALI's own PyTorch ResNet-50 example, docs/examples/use_cases/
 pytorch/resnet50/main.py, adapted to the ImageNet recipe's augmentation):
@@ -79,7 +79,10 @@ def parse_args(argv=None):
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="bf16",
                    help="fp32 | tf32 | bf16 (autocast) | fp16 (autocast and GradScaler)")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile(model), default mode; compiled before the first point, out of every timing")
+                   help="torch.compile(model); compiled before the first point, out of every timing")
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                   help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--dtype", choices=["auto", "float16", "float"], default="auto",
                    help="DALI output dtype (auto: float16 with bf16 and fp16, else float)")
@@ -355,7 +358,8 @@ def main(argv=None):
             # on a DALI batch: the very dtype, shape and strides that the rows time
             if args.compile and compile_s is None and ({"train", "gpu_resident"} & set(args.modes)):
                 x, y = next(batches)
-                print(f"compiling (torch.compile, default mode): {COMPILE_WARMUP_STEPS} steps on one batch", flush=True)
+                print(f"compiling (torch.compile, {args.compile_mode} mode): {COMPILE_WARMUP_STEPS} steps on one batch",
+                      flush=True)
                 compile_s = compile_warmup(step, x.clone(memory_format=fmt), y.clone(), device)
                 print(f"compiled in {compile_s:.1f} s", flush=True)
                 del x, y
@@ -396,7 +400,8 @@ def main(argv=None):
             "pipeline": "built per point and repeat, deleted after its measurement; model and optimiser shared",
             "warmup_steps": args.warmup, "steps": args.steps, "repeats": args.repeats, "seed": args.seed,
             "compile": args.compile,
-            "compiled": "model (forward, backward), default mode; loss and SGD step eager" if args.compile else None,
+            "compiled": f"model (forward, backward), {args.compile_mode} mode; loss and SGD step eager"
+            if args.compile else None,
             "compile_warmup_steps": COMPILE_WARMUP_STEPS if args.compile else 0, "compile_s": compile_s}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)

@@ -15,12 +15,13 @@ float16 with torch.amp.GradScaler("cuda"): scaler.scale(loss).backward(), scaler
 fused SGD takes the scale and the inf check inside its kernel, so the step never waits for the host); TF32 stays
 on for what autocast leaves in float32 unless fp32.
 
---compile: torch.compile(model) in its default mode, as timm's train.py --torchcompile does: the forward and,
-through AOTAutograd, the backward become Inductor graphs; the loss and the fused SGD step stay eager (that step is
-already one multi-tensor kernel launch, and wrapping loss.backward() in a compiled function only breaks the graph
-there). Compilation is kept out of every timed window: before the first row, COMPILE_WARMUP_STEPS training steps
-on one batch of the rows' shape, dtype and memory format compile both graphs (the seconds go into meta.compile_s),
-then every row still runs its own --warmup steps; a graph compiled inside a timed window is reported.
+--compile: torch.compile(model) in its default mode (--compile-mode: another), as timm's train.py --torchcompile
+does: the forward and, through AOTAutograd, the backward become Inductor graphs; the loss and the fused SGD step
+stay eager (that step is already one multi-tensor kernel launch, and wrapping loss.backward() in a compiled
+function only breaks the graph there). Compilation is kept out of every timed window: before the first row,
+COMPILE_WARMUP_STEPS training steps on one batch of the rows' shape, dtype and memory format compile both graphs
+(the seconds go into meta.compile_s), then every row still runs its own --warmup steps; a graph compiled inside a
+timed window is reported.
 
 Rows name their variant, so that one table holds several files (`pinfeed bench --reference A --reference B`
 labels each row by implementation and precision, e.g. "pytorch+compile bf16"): implementation "pytorch", or
@@ -281,7 +282,10 @@ def parse_args(argv=None):
     p.add_argument("--precision", choices=PRECISIONS, default="tf32",
                    help="fp32 | tf32 | bf16 (autocast) | fp16 (autocast and GradScaler; CUDA only)")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile(model), default mode; compiled before the first row, out of every timing")
+                   help="torch.compile(model); compiled before the first row, out of every timing")
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                   help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--transfer-dtype", choices=["float32", "uint8"], default="float32",
                    help="float32: normalised by the workers; uint8: raw pixels, normalised on the GPU")
@@ -328,7 +332,8 @@ def main(argv=None):
     step = TrainStep(args, model, opt, device)
     compile_s = None
     if args.compile:
-        print(f"compiling (torch.compile, default mode): {COMPILE_WARMUP_STEPS} steps on one batch", flush=True)
+        print(f"compiling (torch.compile, {args.compile_mode} mode): {COMPILE_WARMUP_STEPS} steps on one batch",
+              flush=True)
         compile_s = compile_warmup(step, *example_batch(args, len(ds.classes), device), device)
         print(f"compiled in {compile_s:.1f} s", flush=True)
 
@@ -371,7 +376,8 @@ def main(argv=None):
             "transfer_dtype": args.transfer_dtype, "dataloader": "one per configuration, kept across repeats",
             "prefetch_factor": args.prefetch_factor, "warmup_steps": args.warmup, "steps": args.steps,
             "repeats": args.repeats, "compile": args.compile,
-            "compiled": "model (forward, backward), default mode; loss and SGD step eager" if args.compile else None,
+            "compiled": f"model (forward, backward), {args.compile_mode} mode; loss and SGD step eager"
+            if args.compile else None,
             "compile_warmup_steps": COMPILE_WARMUP_STEPS if args.compile else 0, "compile_s": compile_s}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)

@@ -13,7 +13,7 @@ wherever two trainers could differ:
   model.blurpool: FFCV's BlurPoolConv2d around each Conv2d of stride > 1 and >= 16 input channels (as
   ffcv-imagenet's train_imagenet.py); train.eval_flip: validation logits the mean of the image's and its
   horizontal flip's (FFCV's lr_tta, halved).
-  --compile: torch.compile(model, dynamic=False), default mode, as scripts/reference_pytorch.py and timm's
+  --compile: torch.compile(model, dynamic=False), default mode (--compile-mode), as reference_pytorch.py and timm's
   train.py --torchcompile: static graphs, one per training side (and one per val batch shape, in eval mode), the
   forward and backward compiled, loss and SGD step eager; the compile time falls in the epochs' wall clock.
 - data (scripts/reference_data.py): DataLoader workers (default) or --loader dali; the training side of each epoch
@@ -77,7 +77,11 @@ def main():
     p.add_argument("--workers", type=int, default=None,
                    help="DataLoader workers or DALI threads (default: data.workers, 0 = as pinfeed)")
     p.add_argument("--prefetch-factor", type=int, default=4, help="DataLoader batches ahead per worker")
-    p.add_argument("--compile", action="store_true", help="torch.compile(model), default mode, static shapes")
+    p.add_argument("--compile", action="store_true", help="torch.compile(model), static shapes")
+    p.add_argument("--compile-mode", default="default",
+                   choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                   help="torch.compile's mode (reduce-overhead: CUDA graphs, the faster step in "
+                        "docs/python-module.md; not yet run through a whole recipe)")
     p.add_argument("--loader", choices=sorted(LOADERS), default="dataloader",
                    help="torchvision DataLoader workers, or NVIDIA DALI (imported only then)")
     p.add_argument("--dali-hw-load", type=float, default=None,
@@ -174,7 +178,7 @@ def train(cfg, args):
     if args.compile:
         # One static graph per training side, plus the val batch shapes in eval mode, within Dynamo's limit.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * len(sides) + 4)
-        net = torch.compile(model, dynamic=False)
+        net = torch.compile(model, dynamic=False, mode=args.compile_mode)
     ema = None
     if t["ema"]:
         from timm.utils import ModelEmaV3

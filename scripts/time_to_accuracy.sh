@@ -12,6 +12,7 @@
 #                else python3)
 #   LOADER       the Python side's loader: dataloader (default) | dali
 #   COMPILE      1 (default): torch.compile; 0: eager
+#   COMPILE_MODE torch.compile's mode (default: default; reduce-overhead: CUDA graphs)
 #   COMPILE_CACHE cold (default: each Python run compiles into a fresh Inductor/Triton cache, as a first run does) |
 #                warm (caches as a second run finds them: an untimed 2-epoch run of each side first, one epoch
 #                at each end of the ramp)
@@ -69,7 +70,7 @@ find "$data" -type f -name '*.*' -print0 | xargs -0 cat >/dev/null
 
 overrides=("data.root=\"$data\"" "${extra[@]}" "$@")
 compile_flag=()
-[ "$compile" = 1 ] && compile_flag=(--compile)
+[ "$compile" = 1 ] && compile_flag=(--compile --compile-mode "${COMPILE_MODE:-default}")
 if [ "$cache_mode" = warm ] && [ "${WARMUP:-1}" = 1 ]; then
   # Untimed runs of 2 epochs, one at each end of the ramp, with the evaluation: Python's Inductor and Triton caches
   # and the driver's cache of the kernels cuDNN compiles for pinfeed are then as a second run finds them.
@@ -115,7 +116,7 @@ for seed in "${seeds[@]}"; do
 done
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
-note="${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${EXTRA:+ with $EXTRA}${*:+ $*}; data $(basename "$data") ($n_train train, $n_val val images, $n_classes classes); Python: reference_train.py --loader $loader --workers $workers${compile_flag:+ --compile (compile cache $cache_mode)}, torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/time_to_accuracy.sh, $(($(date +%s) - start)) s for all runs."
+note="${gpu:-no GPU}, $(nproc) cores; $(basename "$config")${EXTRA:+ with $EXTRA}${*:+ $*}; data $(basename "$data") ($n_train train, $n_val val images, $n_classes classes); Python: reference_train.py --loader $loader --workers $workers${compile_flag:+ --compile --compile-mode ${COMPILE_MODE:-default} (compile cache $cache_mode)}, torch $("$python" -c 'import torch, torchvision; print(torch.__version__ + ", torchvision " + torchvision.__version__)'); scripts/time_to_accuracy.sh, $(($(date +%s) - start)) s for all runs."
 png=()
 "$python" -c 'import matplotlib' 2>/dev/null && png=(--png "$out/tta.png")
 "$python" "$repo/scripts/tta_table.py" --pinfeed "${pinfeed_files[@]}" --python "${python_files[@]}" \
