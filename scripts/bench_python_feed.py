@@ -34,6 +34,7 @@ import time
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, SCRIPTS)
+from reference_config import COMPILE_MODES  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -57,7 +58,7 @@ def parse_args(argv=None):
                         "threads, docs/gpu-decode.md)")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager step (a smoke test)")
     p.add_argument("--compile-mode", default="reduce-overhead",
-                   choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+                   choices=COMPILE_MODES,
                    help="torch.compile's mode: reduce-overhead (the default) replays the step's kernels as CUDA "
                         "graphs, the fastest step here; default launches them one by one from Python")
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the pinfeed and dataloader rows as a smoke test")

@@ -41,6 +41,8 @@ DEFAULTS = {
 # Keys that take true, false or "auto".
 SWITCHES = {"train.channels_last", "train.cuda_graph"}
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+# torch.compile's modes the peer scripts take (--compile-mode).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 EXIT_USAGE = 2
 
 

@@ -53,6 +53,8 @@ import os
 import statistics
 import sys
 
+from reference_config import COMPILE_MODES
+
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 EXIT_NO_DALI = 3
 DALI_PACKAGE = "nvidia-dali-cuda130==2.4.0"
@@ -81,7 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="torch.compile(model); compiled before the first point, out of every timing")
     p.add_argument("--compile-mode", default="default",
-                   choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                   choices=COMPILE_MODES,
                    help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--dtype", choices=["auto", "float16", "float"], default="auto",
@@ -400,6 +402,7 @@ def main(argv=None):
             "pipeline": "built per point and repeat, deleted after its measurement; model and optimiser shared",
             "warmup_steps": args.warmup, "steps": args.steps, "repeats": args.repeats, "seed": args.seed,
             "compile": args.compile,
+            "compile_mode": args.compile_mode if args.compile else None,
             "compiled": f"model (forward, backward), {args.compile_mode} mode; loss and SGD step eager"
             if args.compile else None,
             "compile_warmup_steps": COMPILE_WARMUP_STEPS if args.compile else 0, "compile_s": compile_s}

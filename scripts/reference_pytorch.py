@@ -40,6 +40,8 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
+from reference_config import COMPILE_MODES
+
 MODES = {  # name: (pin_memory, non_blocking, side-stream prefetch)
     "pageable": (False, False, False),
     "pinned": (True, False, False),
@@ -284,7 +286,7 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="torch.compile(model); compiled before the first row, out of every timing")
     p.add_argument("--compile-mode", default="default",
-                   choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                   choices=COMPILE_MODES,
                    help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--transfer-dtype", choices=["float32", "uint8"], default="float32",
@@ -376,6 +378,7 @@ def main(argv=None):
             "transfer_dtype": args.transfer_dtype, "dataloader": "one per configuration, kept across repeats",
             "prefetch_factor": args.prefetch_factor, "warmup_steps": args.warmup, "steps": args.steps,
             "repeats": args.repeats, "compile": args.compile,
+            "compile_mode": args.compile_mode if args.compile else None,
             "compiled": f"model (forward, backward), {args.compile_mode} mode; loss and SGD step eager"
             if args.compile else None,
             "compile_warmup_steps": COMPILE_WARMUP_STEPS if args.compile else 0, "compile_s": compile_s}
