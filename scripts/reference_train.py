@@ -285,7 +285,8 @@ def evaluate(torch, net, data, device, autocast_dtype, flip=False):
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 logits = net(x).float()
                 if flip:
-                    logits = (logits + net(torch.flip(x, dims=[3])).float()) / 2
+                    # A copy: under reduce-overhead the next replay may reuse the memory of this one's output.
+                    logits = (logits.clone() + net(torch.flip(x, dims=[3])).float()) / 2
             k = min(5, logits.shape[1])
             hits = logits.topk(k, 1).indices.eq(y.unsqueeze(1))
             sums[0] += torch.nn.functional.cross_entropy(logits, y, reduction="sum")
