@@ -34,7 +34,7 @@ import time
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, SCRIPTS)
-from reference_config import COMPILE_MODES  # noqa: E402
+from reference_config import add_compile_mode  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -57,10 +57,7 @@ def parse_args(argv=None):
                    help="DALI mixed: its share for the hardware decoder, a row each (its default; the better at 2 "
                         "threads, docs/gpu-decode.md)")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager step (a smoke test)")
-    p.add_argument("--compile-mode", default="reduce-overhead",
-                   choices=COMPILE_MODES,
-                   help="torch.compile's mode: reduce-overhead (the default) replays the step's kernels as CUDA "
-                        "graphs, the fastest step here; default launches them one by one from Python")
+    add_compile_mode(p, default="reduce-overhead")
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the pinfeed and dataloader rows as a smoke test")
     p.add_argument("--stream", default="default", choices=["default", "side"],
                    help="the loop's CUDA stream: the legacy default stream (a plain PyTorch loop's) or one of its "

@@ -43,6 +43,13 @@ SWITCHES = {"train.channels_last", "train.cuda_graph"}
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 # torch.compile's modes the peer scripts take (--compile-mode).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def add_compile_mode(parser, default="default"):
+    """The peer scripts' --compile-mode, declared once."""
+    parser.add_argument("--compile-mode", default=default, choices=COMPILE_MODES,
+                        help=f"torch.compile's mode (default {default}; reduce-overhead replays the step's kernels "
+                             "as CUDA graphs, the faster step in docs/python-module.md)")
 EXIT_USAGE = 2
 
 

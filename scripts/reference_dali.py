@@ -53,7 +53,7 @@ import os
 import statistics
 import sys
 
-from reference_config import COMPILE_MODES
+from reference_config import add_compile_mode
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 EXIT_NO_DALI = 3
@@ -82,9 +82,7 @@ def parse_args(argv=None):
                    help="fp32 | tf32 | bf16 (autocast) | fp16 (autocast and GradScaler)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile(model); compiled before the first point, out of every timing")
-    p.add_argument("--compile-mode", default="default",
-                   choices=COMPILE_MODES,
-                   help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
+    add_compile_mode(p)
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--dtype", choices=["auto", "float16", "float"], default="auto",
                    help="DALI output dtype (auto: float16 with bf16 and fp16, else float)")

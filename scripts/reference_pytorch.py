@@ -40,7 +40,7 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from reference_config import COMPILE_MODES
+from reference_config import add_compile_mode
 
 MODES = {  # name: (pin_memory, non_blocking, side-stream prefetch)
     "pageable": (False, False, False),
@@ -285,9 +285,7 @@ def parse_args(argv=None):
                    help="fp32 | tf32 | bf16 (autocast) | fp16 (autocast and GradScaler; CUDA only)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile(model); compiled before the first row, out of every timing")
-    p.add_argument("--compile-mode", default="default",
-                   choices=COMPILE_MODES,
-                   help="torch.compile's mode (reduce-overhead: the step's kernels replayed as CUDA graphs)")
+    add_compile_mode(p)
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--transfer-dtype", choices=["float32", "uint8"], default="float32",
                    help="float32: normalised by the workers; uint8: raw pixels, normalised on the GPU")

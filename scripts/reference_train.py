@@ -64,7 +64,7 @@ import os  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 
-from reference_config import (COMPILE_MODES, DEFAULTS, EXIT_USAGE, UsageError, default_workers,  # noqa: E402,F401
+from reference_config import (DEFAULTS, EXIT_USAGE, UsageError, add_compile_mode, default_workers,  # noqa: E402,F401
                               learning_rate, load_config, side_of_epoch, sides_by_epoch, tomllib)
 from reference_data import LOADERS  # noqa: E402  (torch is imported by train(), not here)
 
@@ -78,10 +78,7 @@ def main():
                    help="DataLoader workers or DALI threads (default: data.workers, 0 = as pinfeed)")
     p.add_argument("--prefetch-factor", type=int, default=4, help="DataLoader batches ahead per worker")
     p.add_argument("--compile", action="store_true", help="torch.compile(model), static shapes")
-    p.add_argument("--compile-mode", default="default",
-                   choices=COMPILE_MODES,
-                   help="torch.compile's mode (reduce-overhead: CUDA graphs, the faster step in "
-                        "docs/python-module.md; not yet run through a whole recipe)")
+    add_compile_mode(p)
     p.add_argument("--loader", choices=sorted(LOADERS), default="dataloader",
                    help="torchvision DataLoader workers, or NVIDIA DALI (imported only then)")
     p.add_argument("--dali-hw-load", type=float, default=None,
