@@ -14,6 +14,7 @@
 #   PARTS                 any of: pinfeed small ex_bn unfused eager compile (default: all; small, fp16 only: pinfeed
 #                         without conv3 writing its BN's statistics, model.bn_graph small; ex_bn: pinfeed with every
 #                         fused BatchNorm by cuDNN's ...Ex calls, model.bn_graph off)
+#   COMPILE_MODES         torch.compile's modes, a row each (default "default reduce-overhead": CUDA graphs)
 #   REPEATS WARMUP STEPS  per row (default 3, 15, 40); PYTHON (default python3, with torch and torchvision)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,7 @@ bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
 cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
 data=${PINFEED_STEP_DATA:-$cache/datasets/step-photo-v1}
 batch=${BATCH:-256} size=${SIZE:-224} precisions=${PRECISIONS:-bf16 fp16} parts=${PARTS:-pinfeed small ex_bn unfused eager compile}
+compile_modes=${COMPILE_MODES:-default reduce-overhead}
 repeats=${REPEATS:-3} warmup=${WARMUP:-15} steps=${STEPS:-40}
 python=${PYTHON:-python3}
 
@@ -51,9 +53,13 @@ add() {  # LABEL FILE COMMAND...: runs the row; a failed row is named and left o
   if "$@"; then rows+=("$label=$file"); else echo "[bench_step] $label failed: see ${file%.json}.log" >&2; fi
 }
 for p in $precisions; do
-  [[ " $parts " == *" compile "* ]] &&
-    add "torchvision + torch.compile, $p" "$out/torch-compile-$p.json" python_row "torch-compile-$p" --precision "$p" \
-      --compile --compile-mode "${COMPILE_MODE:-default}"
+  if [[ " $parts " == *" compile "* ]]; then
+    for mode in $compile_modes; do
+      tag=$([ "$mode" = default ] || echo "-$mode")
+      add "torchvision + torch.compile${tag:+ $mode}, $p" "$out/torch-compile$tag-$p.json" python_row "torch-compile$tag-$p" \
+        --precision "$p" --compile --compile-mode "$mode"
+    done
+  fi
   [[ " $parts " == *" eager "* ]] &&
     add "torchvision eager, $p" "$out/torch-eager-$p.json" python_row "torch-eager-$p" --precision "$p"
   [[ " $parts " == *" unfused "* ]] &&

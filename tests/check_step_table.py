@@ -1,0 +1,51 @@
+"""The training step's current table in docs/training-step.md against its raw runs: every cell (median [min-max])
+and ratio of each row comes out of docs/data/training-step/step-reduce-overhead.json, the run its last cell names.
+
+Usage: check_step_table.py REPO_ROOT.
+"""
+import json
+import pathlib
+import sys
+
+from check_common import fail
+
+
+def cell(row, bold=False):
+    median = f"{row['median']:,.0f}"
+    return f"{f'**{median}**' if bold else median} [{row['min']:,.0f}-{row['max']:,.0f}]"
+
+
+def main():
+    repo = pathlib.Path(sys.argv[1])
+    runs = json.loads((repo / "docs" / "data" / "training-step" / "step-reduce-overhead.json").read_text())["runs"]
+    doc = (repo / "docs" / "training-step.md").read_text()
+    section = doc.split("## Current table", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ") and "`step-reduce-overhead.json`" not in line
+             and "---" not in line]
+    if len(lines) != len(runs):
+        fail(f"{len(lines)} rows in the current table, {len(runs)} runs in the raw file")
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        key = cells[-1].strip("`")
+        if key not in runs:
+            fail(f"row names run {key!r}, not in the raw file")
+        rows = runs[key]["rows"]
+        find = lambda prefix: next((r for r in rows if r["label"].startswith(prefix)), None)  # noqa: E731
+        pinfeed, ro = find("pinfeed"), find("torchvision + torch.compile reduce-overhead")
+        default = next((r for r in rows if r["label"].startswith("torchvision + torch.compile,")), None)
+        px, precision = cells[0], cells[1]
+        if px != str(pinfeed["image_size"]) or precision != pinfeed["precision"]:
+            fail(f"{key}: side/precision {px}/{precision} against {pinfeed['image_size']}/{pinfeed['precision']}")
+        want = [cell(pinfeed, bold=pinfeed["median"] > ro["median"]), cell(ro), cell(default) if default else ""]
+        if cells[2:5] != want:
+            fail(f"{key}: cells {cells[2:5]} against the raw {want}")
+        ratio = f"{pinfeed['median'] / ro['median']:.2f}x"
+        if ratio not in cells[5]:
+            fail(f"{key}: pinfeed / reduce-overhead {cells[5]!r} against the raw {ratio}")
+        if default and f"{pinfeed['median'] / default['median']:.2f}x" != cells[6]:
+            fail(f"{key}: pinfeed / default {cells[6]!r} against the raw {pinfeed['median'] / default['median']:.2f}x")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
