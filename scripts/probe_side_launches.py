@@ -2,8 +2,10 @@
 """What nvJPEG's per-image repack costs a training step running beside it: its launches or its pixels
 (docs/resolution-schedule.md#where-the-missing-share-goes-at-160-and-128-px).
 
-torchvision's ResNet-50 training step (bf16 autocast, channels_last, SGD momentum) captured as one CUDA graph on a
-resident batch; each step, a second graph replayed on a side stream stands in for one batch's repack:
+torchvision's ResNet-50 training step (autocast, channels_last, SGD momentum) captured as one CUDA graph on a
+resident batch, in bf16 or fp16 autocast (no loss scaling: the timing is the same, the gradients are not used);
+the JSON names the step's BatchNorm kernels (bf16 runs ATen's; pinfeed's fused step runs cuDNN's persistent NHWC
+ones). Each step, a second graph replayed on a side stream stands in for one batch's repack:
   none      no side work (the ceiling)
   tiny      K launches of a one-block kernel (the launches alone)
   perimage  K launches, each repacking one image's RGBA crop to RGB (what nvJPEG's hardware path does)
@@ -13,7 +15,7 @@ resident batch; each step, a second graph replayed on a side stream stands in fo
   spread_tiny, spins   the same with one-block kernels instead of repacks, and the spins alone (what spread's own
             spacing costs)
 Rows interleave for --rounds; the JSON has every row's samples/s and the side graph's time alone.
-    python3 scripts/probe_side_launches.py --size 160 --rounds 3 --out probe.json
+    python3 scripts/probe_side_launches.py --size 160 --precision fp16 --rounds 3 --out probe.json
 """
 import argparse
 import json
@@ -28,6 +30,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=160)
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--precision", choices=["bf16", "fp16"], default="bf16")
     p.add_argument("--images", type=int, default=256, help="side launches per step (one per image)")
     p.add_argument("--crop", default="280x270", help="each image's decoded region, WxH (a mean RandomResizedCrop)")
     p.add_argument("--rounds", type=int, default=3)
@@ -61,13 +64,18 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=False)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16 if a.precision == "bf16" else torch.float16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 
     main_stream, side = torch.cuda.Stream(), torch.cuda.Stream()
     step_graph = capture(step, main_stream)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    norm_kernels = sorted({e.name[:120] for e in prof.events()
+                           if "norm" in e.name.lower() and str(e.device_type).endswith("CUDA")})
 
     w, h = (int(v) for v in a.crop.split("x"))
     rgba = torch.randint(0, 255, (a.images, h, w, 4), device=dev, dtype=torch.uint8)
@@ -111,7 +119,7 @@ def main():
         torch.cuda.synchronize()
         return a.batch * a.steps / (time.perf_counter() - t0)
 
-    result = {"size": a.size, "batch": a.batch, "images": a.images, "crop": a.crop, "device": torch.cuda.get_device_name(),
+    result = {"size": a.size, "batch": a.batch, "precision": a.precision, "images": a.images, "crop": a.crop, "norm_kernels": norm_kernels, "device": torch.cuda.get_device_name(),
               "torch": torch.__version__, "side_ms_alone": {}, "rows": {k: [] for k in sides}}
     with torch.cuda.stream(side):
         for k, g in graphs.items():
