@@ -119,8 +119,9 @@ def main():
         torch.cuda.synchronize()
         return a.batch * a.steps / (time.perf_counter() - t0)
 
-    result = {"size": a.size, "batch": a.batch, "precision": a.precision, "images": a.images, "crop": a.crop, "norm_kernels": norm_kernels, "device": torch.cuda.get_device_name(),
-              "torch": torch.__version__, "side_ms_alone": {}, "rows": {k: [] for k in sides}}
+    result = {"size": a.size, "batch": a.batch, "precision": a.precision, "images": a.images, "crop": a.crop,
+              "norm_kernels": norm_kernels, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "side_ms_alone": {}, "rows": {k: [] for k in sides}}
     with torch.cuda.stream(side):
         for k, g in graphs.items():
             if g is not None:

@@ -24,6 +24,11 @@ def gpu_resident(path):
     sys.exit(f"{path}: no gpu_resident row")
 
 
+def cell(row):
+    """A row's samples/s as the tables write it: median [min-max]."""
+    return f"{row['median']:,.0f} [{row['min']:,.0f}-{row['max']:,.0f}]"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("rows", nargs="+", metavar="LABEL=FILE")
@@ -46,8 +51,7 @@ def main():
     print("| --- | --- | --- | --- |")
     for r in table:
         r["ratio"] = r["median"] / base["median"]
-        print(f"| {r['label']} | {r['batch_size']} | {r['median']:,.0f} [{r['min']:,.0f}-{r['max']:,.0f}] | "
-              f"{r['ratio']:.2f}x |")
+        print(f"| {r['label']} | {r['batch_size']} | {cell(r)} | {r['ratio']:.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"base": args.base, "rows": table}, f, indent=2)
