@@ -1,7 +1,8 @@
 """scripts/feed_table.py on the feed's raw data kept in docs/: one row per (image size, threads), pinfeed's share of
 the gpu_resident row of its own bench, DALI's best hw_decoder_load at the same threads and the ratio of the
 medians; a point DALI did not run shows n/a. With --loop (DALI's rows from scripts/bench_python_feed.py), the
-resolution schedule's four-side table is what it keeps.
+resolution schedule's four-side table is what it keeps. The resolution schedule's table of the feed with its parts
+taken out is read against its raw runs (probes.json, parts_removed).
 
 Usage: check_feed_table.py REPO_ROOT.
 """
@@ -64,7 +65,32 @@ def main():
     for t in four["table"]:
         if t["dali"][0] != dali[(t["image_size"], t["threads"])] or t["dali_compile_mode"] != "reduce-overhead":
             fail(f"four sides: {t} is not the loop's DALI row")
+    check_parts_removed(repo)
     print("ok")
+
+
+def check_parts_removed(repo):
+    """Each share in docs/resolution-schedule.md's table of the feed without its parts is dual_stream over the same
+    process's gpu_resident row, to one decimal, rounds joined by ' / ' in the order of their runs."""
+    runs = json.loads((repo / "docs" / "data" / "resolution-schedule" / "probes.json").read_text())
+    runs = runs["parts_removed"]["runs"]
+    doc = (repo / "docs" / "resolution-schedule.md").read_text().splitlines()
+    header = "| px | as built | without the crop kernel | without nvJPEG's decode call (crop kernel kept) | without both |"
+    if header not in doc:
+        fail("resolution-schedule.md: no table of the feed without its parts")
+    rows = doc[doc.index(header) + 2:]
+    rows = rows[:next(i for i, line in enumerate(rows) if not line.startswith("|"))]
+    if [r.split("|")[1].strip() for r in rows] != ["224", "160", "128"]:
+        fail(f"parts removed: rows {rows}")
+    for line in rows:
+        px, *cells = [c.strip() for c in line.strip("|").split("|")]
+        for cell, variant in zip(cells, ("built", "nocrop", "nodecode", "neither")):
+            keys = sorted(k for k in runs if k.split("-")[:2] == [px, variant])
+            shares = [100 * runs[k]["dual_stream"]["samples_per_s"] / runs[k]["gpu_resident"]["samples_per_s"]
+                      for k in keys]
+            want = " / ".join(f"{v:.1f}" for v in shares) + "%"
+            if not keys or not cell.replace("**", "").startswith(want):
+                fail(f"parts removed, {px} px {variant}: the doc has {cell!r}, the runs {want}")
 
 
 if __name__ == "__main__":
