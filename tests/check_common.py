@@ -1,5 +1,6 @@
 """What the tests/check_*.py scripts share: the failure line, the skip (exit 77, which tests/CMakeLists.txt gives
 ctest as SKIP_RETURN_CODE) when a module they need is not importable, and pinfeed gen-data's small image folders.
+A table of a doc is read by its header line (doc_table).
 The scripts run as `python tests/check_x.py ...`, so this module is importable beside them. Standard library only.
 """
 import contextlib
@@ -23,6 +24,21 @@ def skip_without(hint=""):
         what = f"{e.name} is not importable" if isinstance(e, ModuleNotFoundError) else str(e)
         print(f"{what}{f' ({hint})' if hint else ''}: skipped")
         sys.exit(SKIPPED)
+
+
+def doc_table(path, header):
+    """The cells of each row of the markdown table in file `path` whose header line starts with `header` (the
+    separator line left out); fails when the file has no such table."""
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
+    if start is None:
+        fail(f"{path.name}: no table headed {header!r}")
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
 
 
 def gen_data(exe, out, classes, train_per_class, val_per_class, size, *flags):

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from check_common import fail
+from check_common import doc_table, fail
 
 
 def main():
@@ -74,16 +74,10 @@ def check_parts_removed(repo):
     process's gpu_resident row, to one decimal, rounds joined by ' / ' in the order of their runs."""
     runs = json.loads((repo / "docs" / "data" / "resolution-schedule" / "probes.json").read_text())
     runs = runs["parts_removed"]["runs"]
-    doc = (repo / "docs" / "resolution-schedule.md").read_text().splitlines()
-    header = "| px | as built | without the crop kernel | without nvJPEG's decode call (crop kernel kept) | without both |"
-    if header not in doc:
-        fail("resolution-schedule.md: no table of the feed without its parts")
-    rows = doc[doc.index(header) + 2:]
-    rows = rows[:next(i for i, line in enumerate(rows) if not line.startswith("|"))]
-    if [r.split("|")[1].strip() for r in rows] != ["224", "160", "128"]:
+    rows = doc_table(repo / "docs" / "resolution-schedule.md", "| px | as built | without the crop kernel |")
+    if [r[0] for r in rows] != ["224", "160", "128"]:
         fail(f"parts removed: rows {rows}")
-    for line in rows:
-        px, *cells = [c.strip() for c in line.strip("|").split("|")]
+    for px, *cells in rows:
         for cell, variant in zip(cells, ("built", "nocrop", "nodecode", "neither")):
             keys = sorted(k for k in runs if k.split("-")[:2] == [px, variant])
             shares = [100 * runs[k]["dual_stream"]["samples_per_s"] / runs[k]["gpu_resident"]["samples_per_s"]

@@ -7,7 +7,7 @@ import json
 import pathlib
 import sys
 
-from check_common import fail
+from check_common import doc_table, fail
 
 
 def main():
@@ -15,14 +15,10 @@ def main():
     sys.path.insert(0, str(repo / "scripts"))
     from step_table import cell  # how bench_step.sh's tables write a row's samples/s
     runs = json.loads((repo / "docs" / "data" / "training-step" / "step-reduce-overhead.json").read_text())["runs"]
-    doc = (repo / "docs" / "training-step.md").read_text()
-    section = doc.split("## Current table", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("| ") and "`step-reduce-overhead.json`" not in line
-             and "---" not in line]
-    if len(lines) != len(runs):
-        fail(f"{len(lines)} rows in the current table, {len(runs)} runs in the raw file")
-    for line in lines:
-        cells = [c.strip() for c in line.strip("|").split("|")]
+    table = doc_table(repo / "docs" / "training-step.md", "| px | precision | pinfeed | `torch.compile` `reduce-overhead`")
+    if len(table) != len(runs):
+        fail(f"{len(table)} rows in the current table, {len(runs)} runs in the raw file")
+    for cells in table:
         key = cells[-1].strip("`")
         if key not in runs:
             fail(f"row names run {key!r}, not in the raw file")
