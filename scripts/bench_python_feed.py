@@ -59,6 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager step (a smoke test)")
     add_compile_mode(p, default="reduce-overhead")
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the pinfeed and dataloader rows as a smoke test")
+    p.add_argument("--kernel-profile", action="store_true",
+                   help="after each size's first resident row, the GPU time of each kernel over 5 resident steps "
+                        "(torch.profiler), kept in the JSON's meta: tells a slower step's kernels from slower kernels")
     p.add_argument("--stream", default="default", choices=["default", "side"],
                    help="the loop's CUDA stream: the legacy default stream (a plain PyTorch loop's) or one of its "
                         "own (torch.cuda.set_stream), which does not wait on other libraries' blocking streams")
@@ -212,6 +215,24 @@ def run_row(args, step, batches, device, name):
             "loop_thread_cpu_ms_per_step": 1e3 * loop_thread_s / args.steps, "step_ms": 1e3 * seconds / args.steps}
 
 
+def kernel_profile(step, x, y, device, steps=5):
+    """{kernel name: [launches, GPU ms] per step} over `steps` resident steps, and the sum of GPU ms per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(x, y)
+        torch.cuda.synchronize(device)
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
+            k = kernels.setdefault(e.name[:160], [0, 0.0])
+            k[0] += 1 / steps
+            k[1] += e.device_time / 1e3 / steps
+    return {"gpu_ms_per_step": sum(v[1] for v in kernels.values()), "kernels": kernels}
+
+
 def make_step(args, device):
     """The step every row trains (reference_pytorch.TrainStep on torchvision's ResNet-50) and the split's classes.
     Sets args.train_root and, where --warmup is not given, args.warmup: one pass over the files and 10 steps."""
@@ -261,7 +282,7 @@ def main(argv=None):
             feeds.remove("dali")
 
     dtype = torch.float16 if device.type == "cuda" else torch.float32
-    rows, compile_s = [], {}
+    rows, compile_s, kernels_by_size = [], {}, {}
     for size in args.sizes:
         x = torch.randn(args.batch_size, 3, size, size, device=device, dtype=dtype).contiguous(
             memory_format=torch.channels_last)
@@ -275,6 +296,12 @@ def main(argv=None):
             report(rows[-1])
             return rows[-1]["samples_per_s"]
         before = resident_row()
+        if args.kernel_profile and device.type == "cuda":
+            try:
+                kernels_by_size[size] = kernel_profile(step, x, y, device)
+                print(f"{size} px: {kernels_by_size[size]['gpu_ms_per_step']:.2f} ms of kernels a step", flush=True)
+            except Exception as e:  # a probe's extra: the timed rows stand without it
+                kernels_by_size[size] = {"error": repr(e)}
         for threads in args.threads:
             plan = []
             if "pinfeed" in feeds:
@@ -310,7 +337,8 @@ def main(argv=None):
             "compile": args.compile, "compile_mode": args.compile_mode, "channels_last": True, "stream": args.stream,
             "warmup_steps": args.warmup, "steps": args.steps,
             "warmup_s_by_size": compile_s, "hw_decoder_loads": args.hw_decoder_loads,
-            "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")}
+            "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+            "pinfeed_imported": "pinfeed" in sys.modules, "kernels_by_size": kernels_by_size}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)
     print(f"written to {args.out}")

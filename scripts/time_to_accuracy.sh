@@ -17,7 +17,7 @@
 #                warm (caches as a second run finds them: an untimed 2-epoch run of each side first, one epoch
 #                at each end of the ramp)
 #   WARMUP       1 (default): with COMPILE_CACHE=warm, run those untimed runs; 0: skip them (an earlier call on this
-#                machine, same config and data, warmed the caches already)
+#                machine, same config and data, warmed the caches already); only: run them and stop
 #   PY_WORKERS   the Python side's DataLoader workers or DALI threads (default: cores - 1)
 #   EXTRA        more section.key=value overrides for both sides (e.g. "train.device=cpu data.image_size_min=32")
 #   DATA         ImageFolder with train/ and val/ (default: generated once under ~/.cache/pinfeed/datasets:
@@ -71,7 +71,11 @@ find "$data" -type f -name '*.*' -print0 | xargs -0 cat >/dev/null
 overrides=("data.root=\"$data\"" "${extra[@]}" "$@")
 compile_flag=()
 [ "$compile" = 1 ] && compile_flag=(--compile --compile-mode "${COMPILE_MODE:-default}")
-if [ "$cache_mode" = warm ] && [ "${WARMUP:-1}" = 1 ]; then
+case ${WARMUP:-1} in 0 | 1 | only) ;; *) echo "error: WARMUP must be 0, 1 or only, got '$WARMUP'" >&2; exit 2 ;; esac
+if [ "${WARMUP:-1}" = only ] && [ "$cache_mode" != warm ]; then
+  echo "error: WARMUP=only warms the caches for COMPILE_CACHE=warm runs; set COMPILE_CACHE=warm" >&2; exit 2
+fi
+if [ "$cache_mode" = warm ] && [ "${WARMUP:-1}" != 0 ]; then
   # Untimed runs of 2 epochs, one at each end of the ramp, with the evaluation: Python's Inductor and Triton caches
   # and the driver's cache of the kernels cuDNN compiles for pinfeed are then as a second run finds them.
   short=(train.epochs=2 train.warmup_epochs=1 data.ramp_start=0 data.ramp_end=1)
@@ -84,6 +88,7 @@ if [ "$cache_mode" = warm ] && [ "${WARMUP:-1}" = 1 ]; then
     >"$out/python-warmup.log" 2>&1 ||
     { echo "error: the Python warm-up run failed: see $out/python-warmup.log" >&2; tail -5 "$out/python-warmup.log" >&2; exit 1; }
   rm -rf "$out/warmup"
+  if [ "${WARMUP:-1}" = only ]; then log "caches warm; no timed run (WARMUP=only)"; exit 0; fi
 fi
 start=$(date +%s)
 pinfeed_files=() python_files=()

@@ -28,8 +28,8 @@ def skip_without(hint=""):
 
 def doc_table(path, header):
     """The cells of each row of the markdown table in file `path` whose header line starts with `header` (the
-    separator line left out); fails when the file has no such table."""
-    lines = path.read_text().splitlines()
+    separator line left out; a table indented under a list item too); fails when the file has no such table."""
+    lines = [line.lstrip() for line in path.read_text().splitlines()]
     start = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
     if start is None:
         fail(f"{path.name}: no table headed {header!r}")

@@ -66,6 +66,7 @@ def main():
         if t["dali"][0] != dali[(t["image_size"], t["threads"])] or t["dali_compile_mode"] != "reduce-overhead":
             fail(f"four sides: {t} is not the loop's DALI row")
     check_parts_removed(repo)
+    check_import_ab(repo)
     print("ok")
 
 
@@ -85,6 +86,22 @@ def check_parts_removed(repo):
             want = " / ".join(f"{v:.1f}" for v in shares) + "%"
             if not keys or not cell.replace("**", "").startswith(want):
                 fail(f"parts removed, {px} px {variant}: the doc has {cell!r}, the runs {want}")
+
+
+def check_import_ab(repo):
+    """docs/python-module.md's table of the loop's step with and without `import pinfeed`: each process's rate in
+    the order the processes ran, and the ratio of the medians, from loop-ceiling.json."""
+    ab = json.loads((repo / "docs" / "data" / "python-module" / "loop-ceiling.json").read_text())["import_ab"]
+    rows = doc_table(repo / "docs" / "python-module.md", "| px | with `import pinfeed` | without |")
+    if [r[0] for r in rows] != ["224", "160"]:
+        fail(f"import A/B: rows {rows}")
+    for px, *cells in rows:
+        want = [" / ".join(f"{r['samples_per_s']:,.0f}" for p in ab["processes"] if p["variant"] == v
+                           for r in p["rows"] if r["image_size"] == int(px))
+                for v in ("with", "without", "without-bare")]
+        ratio = ab["summary"][px]["with_over_without"]
+        if cells[:3] != want or abs(float(cells[3]) - ratio) > 0.0051:
+            fail(f"import A/B, {px} px: the doc has {cells}, the runs {want}")
 
 
 if __name__ == "__main__":
