@@ -215,22 +215,28 @@ def run_row(args, step, batches, device, name):
             "loop_thread_cpu_ms_per_step": 1e3 * loop_thread_s / args.steps, "step_ms": 1e3 * seconds / args.steps}
 
 
-def kernel_profile(step, x, y, device, steps=5):
-    """{kernel name: [launches, GPU ms] per step} over `steps` resident steps, and the sum of GPU ms per step."""
+def traced_steps(step, x, y, device, steps):
+    """The Kineto trace's events of `steps` resident steps under torch.profiler, each in a "pinfeed::step" range as
+    pinfeed's own traces have them: scripts/trace_kernels.py and trace_gaps.py read either."""
+    import tempfile
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
+    from trace_idle import load
     torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            step(x, y)
+            with record_function("pinfeed::step"):
+                step(x, y)
         torch.cuda.synchronize(device)
-    kernels = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
-            k = kernels.setdefault(e.name[:160], [0, 0.0])
-            k[0] += 1 / steps
-            k[1] += e.device_time / 1e3 / steps
-    return {"gpu_ms_per_step": sum(v[1] for v in kernels.values()), "kernels": kernels}
+    with tempfile.TemporaryDirectory() as tmp:
+        prof.export_chrome_trace(f"{tmp}/trace.json")
+        return load(f"{tmp}/trace.json")["traceEvents"]
+
+
+def kernel_profile(step, x, y, device, steps=5):
+    """scripts/trace_kernels.py's kernel times per step over `steps` resident steps."""
+    from trace_kernels import kernel_times
+    return kernel_times(traced_steps(step, x, y, device, steps))
 
 
 def make_step(args, device):

@@ -6,8 +6,8 @@ process at one size, in the order --rows gives (docs/python-module.md#where-the-
   burnK    the resident step beside K processes that each keep a core busy (burn2, burn4): does CPU load slow it?
   pin      pf2 with the loop's thread alone on one core, the loader's threads on the others
   prof     torch.profiler over 8 steps, resident then pf2: each CUDA runtime call's count and mean CPU time a step
-  gaps     torch.profiler over 8 resident steps: the GPU's idle gaps between the step's kernels (kernel time against
-           wall time), the largest with the kernels on either side (no pinfeed import when the rows need no loader)
+  gaps     torch.profiler over 8 resident steps, read by scripts/trace_gaps.py and trace_kernels.py: the step's stream
+           idle between its kernels, the largest gaps, kernel time (no pinfeed import when the rows need no loader)
     python scripts/probe_python_loop.py --root DATA/train --out probe.json --rows res,pf2,burn2,pin,res,prof
 """
 import argparse
@@ -102,31 +102,17 @@ def main():
         for key, c in sorted(calls.items(), key=lambda kv: -kv[1]["self_cpu_ms_per_step"])[:8]:
             print(f"  {key:<24} {c['per_step']:6.0f} a step, {c['cpu_us_mean']:6.2f} us each")
 
-    def gaps(steps=8, top=12):
-        from torch.profiler import ProfilerActivity, profile as torch_profile
-        torch.cuda.synchronize(device)
-        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
-                step(x, y)
-            torch.cuda.synchronize(device)
-        kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
-                         if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0)
-        found, reach = [], kernels[0][1]
-        for (s0, e0, n0), (s1, e1, n1) in zip(kernels, kernels[1:]):
-            reach = max(reach, e0)
-            if s1 > reach:
-                found.append((s1 - reach, n0[:100], n1[:100]))
-        wall = kernels[-1][1] - kernels[0][0]
-        idle = sum(g for g, _, _ in found)
-        big = sorted(found, reverse=True)[:top]
-        rows.append({"row": "gaps", "steps": steps, "wall_ms_per_step": wall / steps / 1e3,
-                     "idle_ms_per_step": idle / steps / 1e3, "gaps_per_step": len(found) / steps,
-                     "gaps_over_20us_per_step": sum(g > 20 for g, _, _ in found) / steps,
-                     "largest": [{"us": g, "after": n0, "before": n1} for g, n0, n1 in big]})
-        print(f"gaps: {wall / steps / 1e3:.2f} ms a step from first to last kernel, GPU idle between kernels "
-              f"{idle / steps / 1e3:.2f} ms a step in {len(found) / steps:.0f} gaps; largest:", flush=True)
-        for g, n0, n1 in big:
-            print(f"  {g:8.1f} us after {n0[:60]} | before {n1[:60]}")
+    def gaps(steps=8):
+        from trace_gaps import gaps as trace_gaps
+        from trace_kernels import kernel_times
+        events = bench.traced_steps(step, x, y, device, steps)
+        g, k = trace_gaps(events), kernel_times(events)
+        rows.append({"row": "gaps", "gaps": g, "gpu_ms_per_step": k["gpu_ms_per_step"],
+                     "kernels_per_step": k["kernels_per_step"]})
+        print(f"gaps: {g['window']:.2f} ms a step, kernels {k['gpu_ms_per_step']:.2f} ms, the step's stream idle "
+              f"between them {g['gaps']:.2f} ms; largest gaps (us, the kernel that waited):", flush=True)
+        for us, name in g["largest"]:
+            print(f"  {us:8.1f} {name}")
 
     for r in a.rows.split(","):
         if r == "gaps":

@@ -37,16 +37,14 @@ def kind(name):
     return "other:" + name[:50]
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("trace")
-    p.add_argument("--top", type=int, default=12, help="longest gaps listed")
-    args = p.parse_args()
-    events = load(args.trace)["traceEvents"]
+def gaps(events, top=12):
+    """The figures above from a trace's events: {"stream", "kernels", "steps", and per step in ms "window",
+    "busy", "gaps", "overlapping" and "in_window" ({kind: ms}), and "by_size" ({bucket: us}); "largest": the top
+    longest gaps over 20 us as [us, the kernel that waited]}. None when the trace has no kernels."""
     gpu = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
     kernels_per_stream = collections.Counter(e["tid"] for e in gpu if e["cat"] == "kernel")
     if not kernels_per_stream:
-        raise SystemExit(f"{args.trace}: no kernels")
+        return None
     stream = kernels_per_stream.most_common(1)[0][0]
     compute = sorted((e for e in gpu if e["tid"] == stream), key=lambda e: e["ts"])
     other = sorted((e for e in gpu if e["tid"] != stream), key=lambda e: e["ts"])
@@ -80,20 +78,35 @@ def main():
     for o in other:
         if lo <= o["ts"] <= hi:
             in_window[kind(o["name"])] += o["dur"]
+    ms = 1 / steps / 1000
+    return {"stream": stream, "kernels": len(inside), "steps": steps, "window": (hi - lo) * ms, "busy": busy * ms,
+            "gaps": gap_total * ms, "by_size": {k: round(v / steps, 1) for k, v in sorted(by_size.items())},
+            "overlapping": {k: v * ms for k, v in overlapping.most_common(12)},
+            "in_window": {k: v * ms for k, v in in_window.most_common(10)},
+            "largest": [[g, name] for g, name in sorted(longest, reverse=True)[:top]]}
 
-    print(f"{args.trace}: compute stream {stream}, {len(inside)} kernels, {steps} steps, "
-          f"window {(hi - lo) / steps / 1000:.3f} ms/step")
-    print(f"  compute busy {busy / steps / 1000:.3f} ms/step, gaps {gap_total / steps / 1000:.3f} ms/step")
-    print("  gap time by size bucket (us, per step):", {k: round(v / steps, 1) for k, v in sorted(by_size.items())})
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace")
+    p.add_argument("--top", type=int, default=12, help="longest gaps listed")
+    args = p.parse_args()
+    g = gaps(load(args.trace)["traceEvents"], args.top)
+    if g is None:
+        raise SystemExit(f"{args.trace}: no kernels")
+    print(f"{args.trace}: compute stream {g['stream']}, {g['kernels']} kernels, {g['steps']} steps, "
+          f"window {g['window']:.3f} ms/step")
+    print(f"  compute busy {g['busy']:.3f} ms/step, gaps {g['gaps']:.3f} ms/step")
+    print("  gap time by size bucket (us, per step):", g["by_size"])
     print("  other-stream work overlapping gaps (ms/step):")
-    for k, v in overlapping.most_common(12):
-        print(f"    {v / steps / 1000:7.3f} {k}")
+    for k, v in g["overlapping"].items():
+        print(f"    {v:7.3f} {k}")
     print("  other-stream work in window (ms/step):")
-    for k, v in in_window.most_common(10):
-        print(f"    {v / steps / 1000:7.3f} {k}")
+    for k, v in g["in_window"].items():
+        print(f"    {v:7.3f} {k}")
     print("  largest gaps (us, next kernel):")
-    for g, name in sorted(longest, reverse=True)[:args.top]:
-        print(f"    {g:7.1f} {name}")
+    for us, name in g["largest"]:
+        print(f"    {us:7.1f} {name}")
 
 
 if __name__ == "__main__":

@@ -26,12 +26,9 @@ def kind(name):
     return "other"
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("trace")
-    p.add_argument("--top", type=int, default=30, help="kernels listed, longest total first")
-    args = p.parse_args()
-    events = load(args.trace)["traceEvents"]
+def kernel_times(events):
+    """A trace's kernels per step: {"steps", "kernels_per_step", "gpu_ms_per_step", "by_kind": {kind: ms},
+    "kernels": {name: [calls, ms]}}, longest first (calls and ms per step)."""
     steps = max(1, sum(1 for e in events if e.get("name") == "pinfeed::step" and e.get("ph") == "X"
                        and e.get("cat") != "gpu_user_annotation"))
     kernels = [e for e in events if e.get("cat") == "kernel"]
@@ -40,13 +37,25 @@ def main():
         by_name[e["name"]] += e["dur"]
         count[e["name"]] += 1
         by_kind[kind(e["name"])] += e["dur"]
-    total = sum(by_kind.values())
-    print(f"{steps} step(s); kernel time per step {total / steps / 1000:.2f} ms, {len(kernels) // steps} kernels")
-    for k, us in by_kind.most_common():
-        print(f"  {k:10s} {us / steps / 1000:7.2f} ms  {100 * us / total:5.1f}%")
+    return {"steps": steps, "kernels_per_step": len(kernels) // steps,
+            "gpu_ms_per_step": sum(by_kind.values()) / steps / 1000,
+            "by_kind": {k: us / steps / 1000 for k, us in by_kind.most_common()},
+            "kernels": {name: [count[name] // steps, us / steps / 1000] for name, us in by_name.most_common()}}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace")
+    p.add_argument("--top", type=int, default=30, help="kernels listed, longest total first")
+    args = p.parse_args()
+    t = kernel_times(load(args.trace)["traceEvents"])
+    total = t["gpu_ms_per_step"]
+    print(f"{t['steps']} step(s); kernel time per step {total:.2f} ms, {t['kernels_per_step']} kernels")
+    for k, ms in t["by_kind"].items():
+        print(f"  {k:10s} {ms:7.2f} ms  {100 * ms / total:5.1f}%")
     print("per step     calls  kind       kernel")
-    for name, us in by_name.most_common(args.top):
-        print(f"{us / steps / 1000:7.3f} ms {count[name] // steps:5d}x  {kind(name):10s} {name[:100]}")
+    for name, (calls, ms) in list(t["kernels"].items())[:args.top]:
+        print(f"{ms:7.3f} ms {calls:5d}x  {kind(name):10s} {name[:100]}")
 
 
 if __name__ == "__main__":
