@@ -32,7 +32,7 @@ def main():
         config = tmp / "tiny.toml"
         config.write_text(
             f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'
-            '[model]\nnum_classes = 1000\n'  # torchvision's default head, so that every shape compares
+            '[model]\nnum_classes = 1000\nallow_extra_classes = true\n'  # torchvision's default head, so that every shape compares
             '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 4\nlr = 0.01\nwarmup_epochs = 0\nprecision = "fp32"\n'
             'optimizer = "lamb"\nema = true\n'
             f'[pipeline]\nwarmup_steps = 0\n[run]\nname = "torchload"\ndir = "{tmp / "runs"}"\n')

@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "app/run/checkpoint.h"
 #include "app/config/config.h"
@@ -169,6 +171,24 @@ TEST(Checkpoint, ATruncatedFileIsADataErrorSayingSo) {
     const std::string message = test::message_of<DataError>([&] { load_checkpoint(dir + "/cut.pt"); });
     EXPECT_NE(message.find("truncated"), std::string::npos) << keep << ": " << message;
   }
+}
+
+TEST(Checkpoint, AFlippedByteInATensorIsRefusedNamingTheEntry) {
+  const std::string dir = test::fresh_dir("ckpt_flip");
+  save_checkpoint(dir + "/last.pt", small_checkpoint());
+  std::ifstream in(dir + "/last.pt", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The first entry (a tensor's storage): its data follows the local header, its name and its extra field.
+  ASSERT_EQ(bytes.compare(0, 4, "PK\x03\x04"), 0);
+  const auto u16 = [&](size_t at) { return static_cast<uint8_t>(bytes[at]) | static_cast<uint8_t>(bytes[at + 1]) << 8; };
+  ASSERT_NE(bytes.compare(30, u16(26), "archive/data/0"), 1);
+  bytes[30 + u16(26) + u16(28) + 5] ^= 0x10;
+  std::ofstream(dir + "/flipped.pt", std::ios::binary) << bytes;
+  const std::string message = test::message_of<DataError>([&] { load_checkpoint(dir + "/flipped.pt"); });
+  EXPECT_NE(message.find("CRC-32"), std::string::npos) << message;
+  EXPECT_NE(message.find("data/0"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_NE(test::message_of<DataError>([&] { load_weights(dir + "/flipped.pt"); }).find("CRC-32"), std::string::npos);
 }
 
 TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheKey) {

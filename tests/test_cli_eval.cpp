@@ -218,6 +218,64 @@ TEST_F(CliEval, PredictNamesTheClassesAndGoesOnPastABadImage) {
   EXPECT_EQ(errors, 1);
 }
 
+TEST_F(CliEval, EvalWithoutAConfigTakesTheRunsOrTheCheckpointsOwn) {
+  const Outcome in_run = pinfeed({"eval", "--checkpoint", (run_ / "last.pt").string(), "--json"}, false);
+  ASSERT_EQ(in_run.code, 0) << in_run.output;
+  const fs::path copy = scratch_ / "copied";
+  fs::create_directories(copy);
+  fs::copy_file(run_ / "last.pt", copy / "last.pt", fs::copy_options::overwrite_existing);
+  const Outcome recorded = pinfeed({"eval", "--checkpoint", (copy / "last.pt").string(), "--json"});
+  ASSERT_EQ(recorded.code, 0) << recorded.output;
+  EXPECT_NE(recorded.output.find("config: the one " + (copy / "last.pt").string() + " records"), std::string::npos)
+      << recorded.output;
+  const auto result = [](const Outcome& r) {
+    nlohmann::json doc;
+    for (const std::string& line : lines_of(r.output)) {
+      if (!line.empty() && line[0] == '{') doc = nlohmann::json::parse(line);
+    }
+    return doc;
+  };
+  EXPECT_EQ(result(in_run).at("top1"), result(recorded).at("top1"));
+}
+
+TEST_F(CliEval, PredictNamesAFifoOrALinkLoopInAFolderItWasGiven) {
+  const fs::path images = scratch_ / "odd";
+  fs::create_directories(images);
+  fs::copy(dir_ / "data" / "val" / "class_000", images, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  ASSERT_EQ(::mkfifo((images / "pipe.jpg").c_str(), 0600), 0);
+  fs::create_symlink("loop.jpg", images / "loop.jpg");
+  const Outcome r = pinfeed({"predict", "--checkpoint", (run_ / "last.pt").string(), images.string()});
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("pipe.jpg: not a regular file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("loop.jpg: cannot read"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: 2 of 5 input(s) could not be predicted"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("warning:"), std::string::npos) << r.output;
+}
+
+TEST_F(CliEval, MoreOutputsThanClassFoldersAreRefusedUnlessAsked) {
+  const std::vector<std::string> run = {"train", "-c", config_, "run.dir=\"" + (scratch_ / "wide").string() + "\"",
+                                        "train.epochs=1", "run.name=\"wide\"", "model.num_classes=5"};
+  const Outcome refused = pinfeed(run);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("model.num_classes = 5 but"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("has 2 class folders"), std::string::npos) << refused.output;
+  std::vector<std::string> asked = run;
+  asked.push_back("model.allow_extra_classes=true");
+  ASSERT_EQ(pinfeed(asked).code, 0);
+  fs::path wide;
+  for (const auto& e : fs::directory_iterator(scratch_ / "wide")) wide = e.path() / "last.pt";
+  const Outcome eval = pinfeed({"eval", "-c", config_, "--checkpoint", wide.string()});
+  EXPECT_EQ(eval.code, 2) << eval.output;
+  EXPECT_NE(eval.output.find("has 5 outputs but names 2 classes"), std::string::npos) << eval.output;
+  EXPECT_EQ(pinfeed({"eval", "-c", config_, "--checkpoint", wide.string(), "model.allow_extra_classes=true"}).code, 0);
+  const Outcome predict = pinfeed({"predict", "--checkpoint", wide.string(), "--top-k", "5", "--json",
+                                   (dir_ / "data" / "val" / "class_000").string()}, false);
+  EXPECT_EQ(predict.code, 0) << predict.output;
+  for (const std::string& line : lines_of(predict.output)) {
+    EXPECT_EQ(nlohmann::json::parse(line).at("top").size(), 2u) << line;  // the named classes alone
+  }
+}
+
 TEST_F(CliEval, InitFromStartsANewRunAndReinitialisesFcForAnotherClassCount) {
   const Outcome gen = pinfeed({"gen-data", "--out", (scratch_ / "three").string(), "--classes", "3",
                                "--train-per-class", "4", "--val-per-class", "1", "--size", "40x40", "--threads", "2"});

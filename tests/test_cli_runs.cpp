@@ -127,6 +127,30 @@ TEST_F(CliRuns, AResumeOutsideAPinfeedRunFolderIsRefusedAndTouchesNothingThere) 
   EXPECT_EQ(left, (std::vector<std::string>{"download.tmp", "last.pt", "last.pt.tmp"}));
 }
 
+TEST_F(CliRuns, AKillBetweenTheTwoSavesLosesNoEpoch) {
+  ASSERT_EQ(train({"train.eval=true"}).code, 0);
+  const fs::path run = run_folder("-quick");
+  // last.pt is written before best.pt: a kill between the two leaves the epoch where a resume looks first.
+  EXPECT_LE(fs::last_write_time(run / "last.pt"), fs::last_write_time(run / "best.pt"));
+  // A folder left with best.pt alone (or a best.pt ahead of last.pt) resumes from best.pt, the later position.
+  fs::remove(run / "last.pt");
+  const Outcome r = train({"--resume", "last", "train.epochs=2", "train.eval=true"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + (fs::path("runs") / run.filename() / "best.pt").string() + " at epoch 2"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(CliRuns, ResumeOfARunFolderTakesItsCheckpointAndConfig) {
+  ASSERT_EQ(train({}).code, 0);
+  const fs::path run = fs::path("runs") / run_folder("-quick").filename();
+  const Outcome r = pinfeed({"train", "--resume", run.string(), "train.epochs=2"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("config: " + (run / "config.toml").string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + (run / "last.pt").string() + " at epoch 2"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(CliRuns, EachStartIsRecordedWithItsConfigAndLog) {
   ASSERT_EQ(train({}).code, 0);
   const fs::path run = run_folder("-quick");

@@ -50,6 +50,7 @@ enum class Arch { kResNet50 };
 struct ModelOptions {
   Arch arch = Arch::kResNet50;
   int64_t num_classes = 0;  // 0: the number of class folders
+  bool allow_extra_classes = false;  // num_classes above the class folders' count, on purpose
   std::optional<bool> fused_bn, stem_max_pool, pad_input, fold_grad_add;
   std::optional<model::GraphBatchNorm> bn_graph;
 };

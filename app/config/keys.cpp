@@ -209,7 +209,10 @@ const std::vector<Key>& keys() {
           "with both on: the probability a batch gets CutMix rather than Mixup (timm's switch_prob)"),
       choice("model.arch", PINFEED_FIELD(model.arch), {{"resnet50", Arch::kResNet50}}, "network"),
       key("model.num_classes", PINFEED_FIELD(model.num_classes), between(0, kMaxClasses),
-          "classifier outputs; 0 = number of class folders"),
+          "classifier outputs; 0 = number of class folders (more outputs than folders: see model.allow_extra_classes)"),
+      key("model.allow_extra_classes", PINFEED_FIELD(model.allow_extra_classes),
+          "true: a model.num_classes above the number of class folders is meant (outputs no label uses, e.g. a head "
+          "kept for more classes later); false refuses it in train and eval, a sign of a config written for other data"),
       key("model.zero_init_residual", PINFEED_FIELD(step.net.zero_init_residual),
           "zero-init each block's last BN (Goyal et al. 2017)"),
       key("model.blurpool", PINFEED_FIELD(step.net.blurpool),

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "app/config/format.h"
 #include "app/dist/distributed.h"
 #include "app/run/checkpoint.h"
+#include "app/run/run_record.h"
 #include "app/step/step_runner.h"
 #include "app/train/evaluate.h"
 #include "app/train/progress.h"
@@ -77,10 +79,32 @@ data::TransformOptions eval_transform(const Plan& plan, const nlohmann::json& va
   return t;
 }
 
+// Without -c: the config the checkpoint's run folder holds (as `train --resume PATH` takes), else the one the
+// checkpoint records. A state dict records none.
+StartArgs with_checkpoint_config(StartArgs args, const std::string& checkpoint) {
+  if (!args.config.empty()) return args;
+  const std::string dir = std::filesystem::path(checkpoint).parent_path().string();
+  if (is_run_folder(dir.empty() ? "." : dir)) {
+    args.config = run_config_of(checkpoint);
+    return args;
+  }
+  const Weights w = load_weights(checkpoint);
+  if (w.config.empty()) {
+    throw ConfigError("eval: " + checkpoint + " is a state dict, which records no config: give -c CONFIG (its " +
+                      "data.root at least)");
+  }
+  args.config_text = w.config;
+  args.config_origin = checkpoint + " (its recorded config)";
+  log::info("config: the one " + checkpoint + " records (-c CONFIG takes another)");
+  return args;
+}
+
 }  // namespace
 
 void add_eval_options(CLI::App& cmd, EvalArgs& a) {
-  cmd.add_option("--config,-c", a.start.config, "TOML config file: data.root, data.image_size, device, ...")->required();
+  cmd.add_option("--config,-c", a.start.config,
+                 "TOML config file: data.root, data.image_size, device, ... (default: the checkpoint's run folder's "
+                 "config, else the one the checkpoint records)");
   cmd.add_option("--checkpoint", a.checkpoint,
                  "a pinfeed checkpoint (last.pt, best.pt) or a file of torch.save(model.state_dict())")
       ->required();
@@ -92,7 +116,7 @@ void add_eval_options(CLI::App& cmd, EvalArgs& a) {
 }
 
 int run_eval(const EvalArgs& a, const StopRequest& stop) {
-  const Plan plan = start(a.start, PlanUse::kEval);
+  const Plan plan = start(with_checkpoint_config(a.start, a.checkpoint), PlanUse::kEval);
   Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] {
     configure_backend(plan);
@@ -115,6 +139,13 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
                         " classifies " + std::to_string(num_classes) +
                         (classes.empty() ? " and names none (a state dict): its labels would not be these folders'"
                                          : ": not weights for this data"));
+    }
+    const auto named = static_cast<int64_t>(classes.size());
+    if (!classes.empty() && num_classes > named && !plan.model.allow_extra_classes) {  // outputs no label trained
+      throw ConfigError(a.checkpoint + " has " + std::to_string(num_classes) + " outputs but names " +
+                        std::to_string(named) + " classes (trained with a model.num_classes above its folders' count): " +
+                        "its top-1 would rank outputs no class stands for; give model.allow_extra_classes=true to " +
+                        "evaluate it as it is");
     }
     const std::string root = folder.root;
     const data::TransformOptions transform = eval_transform(plan, facts.at("validated"), a.checkpoint, dist.is_main());

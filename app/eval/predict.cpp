@@ -58,13 +58,20 @@ std::vector<Input> list_inputs(const std::vector<std::string>& args) {
       inputs.push_back({arg, ""});
       continue;
     }
-    std::vector<std::string> found;
+    std::vector<Input> found;
     for (auto it = fs::recursive_directory_iterator(arg, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_regular_file(ec) && data::is_image_file(it->path().filename().string())) found.push_back(it->path().string());
+      std::error_code entry_ec;
+      const bool regular = it->is_regular_file(entry_ec);
+      if (!data::is_image_file(it->path().filename().string()) || (!entry_ec && it->is_directory(entry_ec))) continue;
+      // An image name that is no readable file (a FIFO, a device, a symlink loop or a dangling link) is said.
+      found.push_back({it->path().string(), regular ? ""
+                                            : entry_ec ? "cannot read: " + entry_ec.message()
+                                                       : "not a regular file (a FIFO, device or socket)"});
     }
-    std::sort(found.begin(), found.end());
-    if (found.empty()) inputs.push_back({arg, ec ? "cannot list the folder: " + ec.message() : "a folder without .jpg, .jpeg or .png files"});
-    for (auto& f : found) inputs.push_back({std::move(f), ""});
+    std::sort(found.begin(), found.end(), [](const Input& x, const Input& y) { return x.path < y.path; });
+    if (ec) found.push_back({arg, "cannot list the folder: " + ec.message()});  // what was listed is still predicted
+    if (found.empty()) found.push_back({arg, "a folder without .jpg, .jpeg or .png files"});
+    for (auto& f : found) inputs.push_back(std::move(f));
   }
   return inputs;
 }
@@ -123,7 +130,14 @@ int run_predict(const PredictArgs& a) {
   auto name_of = [&](int64_t i) {
     return i < static_cast<int64_t>(w.classes.size()) ? w.classes[i] : std::to_string(i);
   };
-  const int64_t k = std::min<int64_t>(a.top_k, num_classes);
+  // Outputs past the named classes (a head trained wider than its folders) stand for no class: never ranked.
+  const auto named = static_cast<int64_t>(w.classes.size());
+  const int64_t ranked = named > 0 && named < num_classes ? named : num_classes;
+  if (ranked < num_classes) {
+    log::warn(a.checkpoint + " has " + std::to_string(num_classes) + " outputs but names " + std::to_string(named) +
+              " classes: ranking those " + std::to_string(named));
+  }
+  const int64_t k = std::min<int64_t>(a.top_k, ranked);
 
   const std::vector<Input> inputs = list_inputs(a.inputs);
   const int64_t side = t.size, image_floats = 3 * side * side;
@@ -151,7 +165,7 @@ int run_predict(const PredictArgs& a) {
     at::Tensor top_p, top_i;
     if (n > 0) {
       at::NoGradGuard no_grad;
-      const at::Tensor probs = at::softmax(net->forward(batch.narrow(0, 0, n).to(device)).to(at::kFloat), 1);
+      const at::Tensor probs = at::softmax(net->forward(batch.narrow(0, 0, n).to(device)).narrow(1, 0, ranked).to(at::kFloat), 1);
       std::tie(top_p, top_i) = probs.topk(k, 1);
       top_p = top_p.cpu();
       top_i = top_i.cpu();
@@ -186,7 +200,7 @@ int run_predict(const PredictArgs& a) {
     }
     std::fflush(stdout);
   }
-  if (bad > 0) log::warn(std::to_string(bad) + " of " + std::to_string(inputs.size()) + " input(s) could not be predicted");
+  if (bad > 0) log::error(std::to_string(bad) + " of " + std::to_string(inputs.size()) + " input(s) could not be predicted");
   return bad > 0 ? static_cast<int>(kExitData) : static_cast<int>(kExitOk);
 }
 

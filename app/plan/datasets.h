@@ -14,7 +14,8 @@ struct Datasets {
   int64_t num_classes = 0;
 };
 
-// Throws DataError for a missing or empty folder, ConfigError when model.num_classes is too small.
+// Throws DataError for a missing or empty folder, ConfigError when model.num_classes is below the folders' count, or
+// above it without model.allow_extra_classes.
 Datasets open_datasets(const Plan& plan, bool with_val);
 
 }  // namespace pinfeed::app

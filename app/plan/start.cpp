@@ -31,7 +31,9 @@ void add_device_options(CLI::App& command, StartArgs& args) {
 
 Plan start(const StartArgs& args, PlanUse use) {
   install_signal_handlers();
-  const Config config = load_config(args.config, overrides_of(args));
+  const Config config = args.config.empty() && !args.config_text.empty()
+                            ? parse_config_string(args.config_text, args.config_origin, overrides_of(args))
+                            : load_config(args.config, overrides_of(args));
   set_cuda_environment(config);  // resolve_plan's device checks initialise CUDA
   const Plan plan = resolve_plan(config, dist_env_from_environment(), use);
   use_plan_device(plan);

@@ -18,6 +18,8 @@ namespace pinfeed::app {
 // overrides, so a flag wins over the same key given as section.key=value.
 struct StartArgs {
   std::string config;                  // --config: the TOML file
+  std::string config_text;             // without a file: a config's text (a checkpoint's recorded one)...
+  std::string config_origin;           // ...and what messages call it
   std::vector<std::string> overrides;  // section.key=value, TOML value syntax
   std::string mode;                    // --mode (train): pipeline.mode, if given
   std::string device;                  // --device: train.device, if given

@@ -200,7 +200,8 @@ std::string find_last_run(const std::string& dir, const std::string& name) {
   std::string found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_directory(ec) || !fs::exists(entry.path() / "last.pt", ec)) continue;
+    if (!entry.is_directory(ec)) continue;
+    if (!fs::exists(entry.path() / "last.pt", ec) && !fs::exists(entry.path() / "best.pt", ec)) continue;
     if (run_name_of(entry.path().string()) != name) continue;
     const std::string folder = entry.path().filename().string();
     const std::string stem = folder.substr(0, std::min<size_t>(15, folder.size()));  // YYYYmmdd-HHMMSS

@@ -6,6 +6,7 @@
 #include <caffe2/serialize/read_adapter_interface.h>
 
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -46,6 +47,58 @@ bool has_zip_end(const std::vector<uint8_t>& b) {
     if (b[i] == 'P' && b[i + 1] == 'K' && b[i + 2] == 5 && b[i + 3] == 6) return true;
   }
   return false;
+}
+
+uint64_t le(const std::vector<uint8_t>& b, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes; i-- > 0;) v = v << 8 | b[at + i];
+  return v;
+}
+
+// Each entry's data against the CRC-32 its central directory records: LibTorch's reader skips that check, so a
+// flipped byte in a tensor would load silently. Stored (uncompressed) entries only, as torch.save writes them.
+void check_crcs(const std::vector<uint8_t>& b, const std::string& path) {
+  const auto bad = [&](const std::string& why) { damaged(path, why); };
+  size_t end = std::string::npos;  // the end-of-central-directory record, searched from the back
+  for (size_t i = b.size() >= 22 ? b.size() - 22 + 1 : 0; i-- > 0 && b.size() - i <= 65557;) {
+    if (le(b, i, 4) == 0x06054b50) {
+      end = i;
+      break;
+    }
+  }
+  if (end == std::string::npos) bad("the zip archive has no end (a partly written or partly copied file)");
+  uint64_t entries = le(b, end + 10, 2), dir = le(b, end + 16, 4);
+  if ((entries == 0xFFFF || dir == 0xFFFFFFFF) && end >= 20 && le(b, end - 20, 4) == 0x07064b50) {  // zip64
+    const uint64_t at = le(b, end - 20 + 8, 8);
+    if (at + 56 > b.size() || le(b, at, 4) != 0x06064b50) bad("the zip64 directory is out of place");
+    entries = le(b, at + 32, 8), dir = le(b, at + 48, 8);
+  }
+  for (uint64_t e = 0; e < entries; ++e) {
+    if (dir + 46 > b.size() || le(b, dir, 4) != 0x02014b50) bad("the zip directory is damaged");
+    const uint64_t method = le(b, dir + 10, 2), crc = le(b, dir + 16, 4);
+    uint64_t size = le(b, dir + 20, 4), local = le(b, dir + 42, 4);
+    const uint64_t name_len = le(b, dir + 28, 2), extra_len = le(b, dir + 30, 2), comment_len = le(b, dir + 32, 2);
+    if (dir + 46 + name_len + extra_len > b.size()) bad("the zip directory is damaged");
+    const std::string name(reinterpret_cast<const char*>(&b[dir + 46]), name_len);
+    // zip64: the sizes and offset that did not fit 32 bits follow in this order in the extra field 0x0001.
+    for (uint64_t x = dir + 46 + name_len, x_end = x + extra_len; x + 4 <= x_end;) {
+      const uint64_t id = le(b, x, 2), n = le(b, x + 2, 2);
+      if (id == 1) {
+        uint64_t f = x + 4;
+        if (le(b, dir + 24, 4) == 0xFFFFFFFF) f += 8;  // the uncompressed size, equal to the stored one
+        if (size == 0xFFFFFFFF && f + 8 <= x_end) size = le(b, f, 8), f += 8;
+        if (local == 0xFFFFFFFF && f + 8 <= x_end) local = le(b, f, 8);
+      }
+      x += 4 + n;
+    }
+    if (local + 30 > b.size() || le(b, local, 4) != 0x04034b50) bad("entry '" + name + "' is out of place");
+    const uint64_t data = local + 30 + le(b, local + 26, 2) + le(b, local + 28, 2);
+    if (data + size > b.size()) bad("entry '" + name + "' runs past the end of the file");
+    if (method == 0 && crc32_z(0, &b[data], size) != crc) {
+      bad("entry '" + name + "' fails its CRC-32 check (its bytes changed after it was written)");
+    }
+    dir += 46 + name_len + extra_len + comment_len;
+  }
 }
 
 }  // namespace
@@ -90,6 +143,7 @@ c10::IValue parse_torch_file(const std::vector<uint8_t>& bytes, const std::strin
     if (!has_zip_end(bytes)) damaged(path, "the zip archive has no end (a partly written or partly copied file)");
     foreign(path, "a zip archive but not torch.save's (" + first_line(e) + ")");
   }
+  check_crcs(bytes, path);
   std::vector<uint8_t> pickle;
   try {
     if (!archive->hasRecord("data.pkl")) foreign(path, "a zip archive without data.pkl");

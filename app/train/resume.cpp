@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <stdexcept>
+#include <utility>
 
 #include "app/run/run_files.h"
 #include "app/run/run_record.h"
@@ -148,14 +149,41 @@ void check_resumable(const Checkpoint& ck, const RunShape& run) {
   }
 }
 
+namespace {
+
+// A run folder's checkpoint to continue from: last.pt, or best.pt where it holds a later position (written at an
+// epoch that saved no last.pt, train.checkpoint_every > 1, or a kill came between the two writes).
+std::string newest_checkpoint(const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  const fs::path last = folder / "last.pt", best = folder / "best.pt";
+  std::error_code ec;
+  const bool has_last = fs::exists(last, ec), has_best = fs::exists(best, ec);
+  if (!has_best) return last.string();  // a missing last.pt is named by the loader
+  if (!has_last) return best.string();
+  const Checkpoint a = load_checkpoint(last.string()), b = load_checkpoint(best.string());
+  const bool later = std::make_pair(b.epoch, b.step_in_epoch) > std::make_pair(a.epoch, a.step_in_epoch);
+  if (later) log::warn(best.string() + " holds a later position than last.pt: resuming from it");
+  return later ? best.string() : last.string();
+}
+
+}  // namespace
+
 std::string resume_path(const std::string& run_dir, const std::string& run_name, const std::string& resume) {
   if (resume == "last") {
     const std::string run = find_last_run(run_dir, run_name);
     if (run.empty()) {
-      throw ConfigError("--resume last: no run named '" + run_name + "' with a last.pt under " + run_dir +
-                        " (run.name must match exactly; or give --resume RUN_FOLDER/last.pt)");
+      throw ConfigError("--resume last: no run named '" + run_name + "' with a last.pt or best.pt under " + run_dir +
+                        " (run.name must match exactly; or give --resume RUN_FOLDER)");
     }
-    return (std::filesystem::path(run) / "last.pt").string();
+    return newest_checkpoint(run);
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(resume, ec)) {  // a run folder: its newest checkpoint
+    if (!is_run_folder(resume)) {
+      throw ConfigError("--resume " + resume + ": not a pinfeed run folder (no run.json that pinfeed wrote, nor a " +
+                        "pinfeed config.toml beside its metrics); give a folder under " + run_dir + " or its last.pt");
+    }
+    return newest_checkpoint(resume);
   }
   // pinfeed continues a run in the folder it wrote (it appends rows there, drops those past the checkpoint and
   // removes its own temp files): a checkpoint copied elsewhere is refused before anything there is touched.
@@ -172,9 +200,12 @@ std::string resume_path(const std::string& run_dir, const std::string& run_name,
 
 std::string run_config_of(const std::string& checkpoint) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(checkpoint).parent_path().empty() ? fs::path(".") : fs::path(checkpoint).parent_path();
-  fs::path config = dir / "config.toml";
   std::error_code ec;
+  const fs::path given(checkpoint);
+  const fs::path dir = fs::is_directory(given, ec)           ? given  // --resume RUN_FOLDER
+                       : given.parent_path().empty() ? fs::path(".")
+                                                     : given.parent_path();
+  fs::path config = dir / "config.toml";
   for (int n = 1; fs::exists(dir / ("config.resume-" + std::to_string(n) + ".toml"), ec); ++n) {
     config = dir / ("config.resume-" + std::to_string(n) + ".toml");
   }

@@ -38,10 +38,12 @@ bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>&
 // train.init_from: the weights of a checkpoint or a state dict into a new run (not its momentum, position or
 // RNG); another number of classes leaves fc freshly initialised and says so in one line.
 void init_weights_from(StepRunner& runner, const std::string& path);
-// "last" -> the newest run under run_dir (run.dir) started with run_name (run.name) exactly that holds a last.pt;
-// anything else is a path, whose folder must be a pinfeed run folder (is_run_folder). Throws ConfigError.
+// "last" -> the newest run under run_dir (run.dir) started with run_name (run.name) exactly that holds a last.pt
+// or best.pt; a run folder -> its checkpoint of the later position (last.pt, or best.pt where it is ahead);
+// anything else is a checkpoint file, whose folder must be a pinfeed run folder (is_run_folder). Throws ConfigError.
 std::string resume_path(const std::string& run_dir, const std::string& run_name, const std::string& resume);
-// `pinfeed train --resume PATH` without --config: the config the run's latest start wrote beside PATH
+// `pinfeed train --resume PATH` without --config: the config the run's latest start wrote beside PATH (in PATH
+// when it is a run folder)
 // (config.resume-N.toml with the highest N, else config.toml). Throws ConfigError when there is none.
 std::string run_config_of(const std::string& checkpoint);
 // One warning when the run resumes on another data.root than the checkpoint's recorded config names (both as

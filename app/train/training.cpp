@@ -187,9 +187,10 @@ class Training::Impl {
       const RankSpread ranks = spread(dist_, p.timing);
       if (out) report_epoch(*out, plan_, train_feed_, er, p, ranks);
       const bool due = epoch + 1 == plan_.schedule.epochs || (epoch + 1) % plan_.run.checkpoint_every == 0;
+      // last.pt first: a kill between the two writes then leaves the epoch in last.pt, where a resume looks.
       std::vector<CheckpointFile> files;
-      if (out && best) files.push_back(checkpoint_file(*out, epoch + 1, 0, {}, "best.pt"));
       if (out && due) files.push_back(checkpoint_file(*out, epoch + 1, 0));
+      if (out && best) files.push_back(checkpoint_file(*out, epoch + 1, 0, {}, "best.pt"));
       if (!files.empty()) writer_.save(std::move(files));  // written while the next epoch trains
       if (stop_policy_.stop_after_epoch()) {  // came during the evaluation or the save
         save_at_stop(out, stop_policy_.after_epoch(epoch, due, last_pt(out)), {});
