@@ -248,7 +248,7 @@ TEST_F(Cli, ParserErrorsGetTheErrorPrefixAndWhatWasLikelyMeant) {
   }
 }
 
-// The README's `--mode dual_stream` on a machine without CUDA: one warning, then the run goes on pageable (here
+// `--mode dual_stream` (the default on CUDA) on a machine without CUDA: one warning, then the run goes on pageable (here
 // to the missing dataset, exit 3).
 TEST_F(Cli, ATransferModeThatNeedsCudaRunsPageableOnTheCpuSayingSo) {
   const Outcome r = pinfeed({"train", "-c", config_, "--mode", "dual_stream"});
@@ -259,8 +259,8 @@ TEST_F(Cli, ATransferModeThatNeedsCudaRunsPageableOnTheCpuSayingSo) {
       << r.output;
 }
 
-// The README's ImageNet recipe (fp16) on a machine without CUDA: one warning, then the run goes on in fp32 (here to
-// the missing dataset, exit 3).
+// A recipe in fp16 (configs/imagefolder.toml, resnet50_imagenet.toml) on a machine without CUDA: one warning, then
+// the run goes on in fp32 (here to the missing dataset, exit 3).
 TEST_F(Cli, AHalfPrecisionRecipeTrainsInFp32OnTheCpuSayingSo) {
   const Outcome r = pinfeed({"train", "-c", config_, "train.precision=fp16"});
   EXPECT_EQ(r.code, 3) << r.output;
