@@ -55,6 +55,11 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     step "installing pytest and scikit-build-core into $venv"
     "$venv/bin/pip" install -q pytest "scikit-build-core>=0.10"
   fi
+  # tensorboard: the test of pinfeed.tensorboard reads its event files back (tests/check_tensorboard.py).
+  if ! "$venv/bin/python" -c 'import tensorboard' 2>/dev/null; then
+    step "installing tensorboard into $venv (a test reference)"
+    "$venv/bin/pip" install -q "tensorboard==2.21.0"
+  fi
   # nvJPEG (data.decoder = "nvjpeg"): the CUDA toolkit's where it has one, else the nvidia-nvjpeg wheel's beside
   # torch (CPU machines' toolkits lack it; CMake finds it there). Its 13.0 series matches the CUDA 13.0 toolkit.
   if [ ! -f /usr/local/cuda/include/nvjpeg.h ] && ! compgen -G "$venv/lib/python*/site-packages/nvidia/cu13/include/nvjpeg.h" >/dev/null; then

@@ -181,17 +181,17 @@ TEST_F(Cli, HelpOfEveryCommandShowsTheDefaults) {
   }
 }
 
-// The README's key table is the key table's: made by `pinfeed help config --markdown`, between two markers.
-TEST_F(Cli, ReadmeKeyTableIsTheOneHelpConfigPrints) {
+// docs/config-keys.md's table is the key table's: made by `pinfeed help config --markdown`, between two markers.
+TEST_F(Cli, ConfigKeysPageIsTheTableHelpConfigPrints) {
   const Outcome table = pinfeed({"help", "config", "--markdown"});
   ASSERT_EQ(table.code, 0) << table.output;
-  std::ifstream in(std::string(PINFEED_SOURCE_DIR) + "/README.md");
-  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ifstream in(std::string(PINFEED_SOURCE_DIR) + "/docs/config-keys.md");
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string begin = "<!-- config-keys:begin -->\n", end = "<!-- config-keys:end -->";
-  const size_t a = readme.find(begin), b = readme.find(end);
-  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b) << "README.md lacks the key table's markers";
-  EXPECT_EQ(readme.substr(a + begin.size(), b - a - begin.size()), table.output)
-      << "README.md's key table differs: regenerate it with scripts/readme_keys.sh";
+  const size_t a = page.find(begin), b = page.find(end);
+  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b) << "docs/config-keys.md lacks the table's markers";
+  EXPECT_EQ(page.substr(a + begin.size(), b - a - begin.size()), table.output)
+      << "docs/config-keys.md's key table differs: write it again with scripts/config_keys_doc.sh";
 }
 
 TEST_F(Cli, UnknownCommandOrHelpTopicExitsTwoNamingTheNearestOne) {
@@ -248,7 +248,7 @@ TEST_F(Cli, ParserErrorsGetTheErrorPrefixAndWhatWasLikelyMeant) {
   }
 }
 
-// The README's `--mode dual_stream` on a machine without CUDA: one warning, then the run goes on pageable (here
+// `--mode dual_stream` (the default on CUDA) on a machine without CUDA: one warning, then the run goes on pageable (here
 // to the missing dataset, exit 3).
 TEST_F(Cli, ATransferModeThatNeedsCudaRunsPageableOnTheCpuSayingSo) {
   const Outcome r = pinfeed({"train", "-c", config_, "--mode", "dual_stream"});
@@ -259,8 +259,8 @@ TEST_F(Cli, ATransferModeThatNeedsCudaRunsPageableOnTheCpuSayingSo) {
       << r.output;
 }
 
-// The README's ImageNet recipe (fp16) on a machine without CUDA: one warning, then the run goes on in fp32 (here to
-// the missing dataset, exit 3).
+// A recipe in fp16 (configs/imagefolder.toml, resnet50_imagenet.toml) on a machine without CUDA: one warning, then
+// the run goes on in fp32 (here to the missing dataset, exit 3).
 TEST_F(Cli, AHalfPrecisionRecipeTrainsInFp32OnTheCpuSayingSo) {
   const Outcome r = pinfeed({"train", "-c", config_, "train.precision=fp16"});
   EXPECT_EQ(r.code, 3) << r.output;
