@@ -151,11 +151,9 @@ void check_resources(const Plan& p, PlanUse use) {
   const size_t image_bytes = data::bytes_per_image(p.transform.format, side);
   const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
   const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist_env.local_world);
-  // Half the memory: the rest is for the decode workers' scratch, the dataset index, the model and its
-  // optimizer state on the CPU, LibTorch and the OS.
   const HostMemory host = read_host_memory();
-  const double memory = host.total, allowed = memory / 2;
-  if (memory > 0 && ring * rings > allowed) {
+  const double memory = host.total;
+  if (!pipeline::host_rings_fit(ring * rings, memory)) {
     throw ConfigError(location_of(c, c.locations.count("data.prefetch_batches") ? "data.prefetch_batches" : "train.batch_size") +
                       ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
                       std::to_string(slots) + " slots = data.prefetch_batches " + std::to_string(p.train_loader.prefetch_batches) +
