@@ -1,6 +1,7 @@
 """pinfeed's Python module on the CPU (CPU decode, CPU tensors): its batches against the C++ loader's, resuming
 from state_dict, ranks, bad files, a stuck file and Ctrl-C. ctest runs it (label cpu) with PYTHONPATH on the
 build's python/ folder."""
+import contextlib
 import json
 import os
 import re
@@ -207,6 +208,61 @@ def test_import_asks_cuda_for_32_hardware_queues_unless_the_caller_chose(given):
     got, cuda = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
                                text=True).stdout.split()
     assert got == (given or ("32" if cuda != "None" else "None"))
+
+
+def test_a_new_loop_after_ctrl_c_in_a_wait_yields_the_rest_of_the_epoch(dataset):
+    expected = list(loader(dataset / "train", shuffle=False))
+    # batch 2's first sample held as a stuck read would be: Ctrl-C comes while that batch is awaited
+    feed = loader(dataset / "train", shuffle=False, sample_timeout_s=0, _stall_sample=10)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for x, y in feed:
+            got.append((x, y))
+            if len(got) == 2:
+                timer.start()
+    timer.join()
+    feed._release_stall()
+    assert len(got) == 2
+    got += [(x, y) for x, y in feed]  # a new loop, not the interrupted iterator
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(y, ey) and torch.equal(x, ex)
+
+
+@pytest.mark.parametrize("stop", ["ctrl_c_in_the_body", "break"])
+def test_a_new_loop_after_a_pass_left_midway_continues_at_its_first_undelivered_batch(dataset, stop):
+    whole = loader(dataset / "train", seed=9)
+    expected = [b for _ in range(2) for b in whole]  # epochs 0 and 1, uninterrupted
+    feed = loader(dataset / "train", seed=9)
+    got = []
+    with contextlib.suppress(KeyboardInterrupt):
+        for x, y in feed:
+            got.append((x, y))
+            if len(got) == 2:
+                if stop == "break":
+                    break
+                raise KeyboardInterrupt  # Ctrl-C while the loop's body runs
+    assert feed.state_dict()["batch"] == 2
+    got += list(feed)  # the rest of epoch 0
+    assert len(got) == len(feed)
+    got += list(feed)  # epoch 1, a new pass: the last one ended
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(y, ey) and torch.equal(x, ex)
+
+
+def test_set_epoch_to_another_epoch_drops_a_pass_left_midway(dataset):
+    expected = loader(dataset / "train", seed=9)
+    expected.set_epoch(1)
+    expected = list(expected)
+    feed = loader(dataset / "train", seed=9)
+    next(iter(feed))
+    feed.set_epoch(1)
+    got = list(feed)
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(y, ey) and torch.equal(x, ex)
 
 
 # Arguments the loader must refuse, each with the exception naming it. Built in a child whose address space is

@@ -36,8 +36,9 @@ Bad files (unreadable, truncated, not an image, over max_image_pixels or max_fil
 replaces each by another sample drawn from the seed and lists it in `bad_images` as (path, reason);
 on_bad_image="fail" raises pinfeed.DataError naming the file. A worker busy on one file for longer than
 sample_timeout_s (a read that never returns) raises pinfeed.StuckSampleError naming it. Ctrl-C raises
-KeyboardInterrupt out of a wait for a batch, also while a worker is stuck. After any of these, iterating again
-resumes at the batch that was not delivered.
+KeyboardInterrupt out of a wait for a batch, also while a worker is stuck. After any of these, and after a loop
+left early (Ctrl-C or an exception in its body, a break), the same iterator or a new `for` loop over the loader
+continues the epoch at its first batch not delivered (so `next(iter(loader))` takes a batch of the epoch).
 """
 import math
 import numbers
@@ -253,8 +254,8 @@ class ImageFolderLoader:
                           f"set {_QUEUES}=32 in the environment", RuntimeWarning, stacklevel=2)
         self._epoch = 0       # the epoch the next pass reads
         self._start_at = 0    # the batch it starts at (load_state_dict)
-        self._pass = None     # [epoch, batches delivered, generation] of the pass under way
-        self._generation = 0  # a new pass, or load_state_dict, ends the iterators of the one before
+        self._pass = None     # [epoch, batches delivered, generation] of the pass under way or left unfinished
+        self._generation = 0  # a new iterator, or load_state_dict, ends the ones before
         self._restart = False  # the pass must be started again at its position (after an error or Ctrl-C)
         self._bad = []
 
@@ -263,20 +264,25 @@ class ImageFolderLoader:
         return self._feed.batches_per_epoch
 
     def __iter__(self):
+        """The rest of the pass under way, if one was left before its end (Ctrl-C, an error, a break): from its
+        first batch not delivered. Else a new pass: the epoch's batches from its saved position (load_state_dict)
+        or from the first. An iterator taken earlier ends."""
         self._generation += 1
-        epoch, first = self._epoch, self._start_at
-        self._start_at = 0
-        self._pass = [epoch, first, self._generation]
-        self._restart = True
+        if self._pass is None:
+            self._pass = [self._epoch, self._start_at, self._generation]
+            self._start_at = 0
+            self._restart = True
+        self._pass[2] = self._generation
         return _Iterator(self, self._generation)
 
     def set_epoch(self, epoch):
         """The epoch the next pass reads (its order and its augmentations). The loader advances it by itself after
-        each whole pass; a resumed position (load_state_dict) is kept when the epoch is the saved one. TypeError
-        or ValueError for an epoch that is not an int in train.epochs' bounds."""
+        each whole pass. Another epoch than the current one drops a pass left unfinished; the same one keeps it, and
+        a resumed position (load_state_dict). TypeError or ValueError for an epoch that is not an int in
+        train.epochs' bounds."""
         epoch = _int(f"{_WHO}.set_epoch", "epoch", epoch, 0, _LIMITS["max_epochs"])
         if epoch != self._epoch:
-            self._epoch, self._start_at = epoch, 0
+            self._epoch, self._start_at, self._pass = epoch, 0, None
 
     def state_dict(self):
         """Where the batches stand: the epoch and the batches of it already delivered. A loader of the same dataset,
