@@ -23,8 +23,6 @@
 
 namespace pinfeed::app {
 
-inline constexpr int64_t kMaxWorkers = 1024;  // data.workers' bound; the plan lowers it to 4 x this host's cores
-
 // A user error in a config file or override; what() starts with "file:line:col: ". Exit code 2.
 class ConfigError : public std::runtime_error {
  public:

@@ -10,6 +10,8 @@
 
 #include <toml++/toml.h>
 
+#include "data/limits.h"
+
 namespace pinfeed::app {
 namespace {
 
@@ -76,21 +78,21 @@ std::string check_run_name(const std::string& v) {
 
 std::string range_text(const std::optional<StepRange>& r) { return r ? r->text() : ""; }
 
-// Upper limits of the keys that size memory or threads. The plan (app/plan/plan.cpp) checks the sizes they combine
-// into against this machine; these bounds keep each value, and products of them, far from overflow.
-constexpr int64_t kMinImageSize = 16;
-constexpr int64_t kMaxImageSize = 4096;  // ResNet-50 is trained at 128-600 px
-constexpr int64_t kMaxEpochs = 1'000'000;
+// Upper limits of the keys that size memory or threads (data/limits.h, shared with the Python module). The plan
+// (app/plan/plan.cpp) checks the sizes they combine into against this machine.
+using data::kMaxBatchSize;
+using data::kMaxEpochs;
+using data::kMaxImageSize;
+using data::kMaxMegabytes;
+using data::kMaxPrefetchBatches;
+using data::kMinImageSize;
 
 std::string zero_or_side(const int64_t& v) {
   if (v == 0 || (v >= kMinImageSize && v <= kMaxImageSize)) return "";
   return "must be 0 or in [" + std::to_string(kMinImageSize) + ", " + std::to_string(kMaxImageSize) + "], got " +
          std::to_string(v);
 }
-constexpr int64_t kMaxBatchSize = 1 << 20;  // per rank; the largest ImageNet batches published are 64k global
-constexpr int64_t kMaxPrefetchBatches = 1024;  // decoded batches held in RAM; more only costs memory
 constexpr int64_t kMaxClasses = 100'000;  // ImageNet-21k has 21,841; fc alone is 0.8 GB at this bound
-constexpr int64_t kMaxMegabytes = int64_t{1} << 30;  // 1 PB: MB x 2^20 stays far inside int64
 constexpr int64_t kMaxTimeoutS = 7 * 24 * 3600;  // a week; c10d converts to milliseconds
 
 const Names<std::optional<bool>> kAutoOnOff = {{"auto", std::nullopt}, {"on", true}, {"off", false}};
@@ -136,7 +138,7 @@ const std::vector<Key>& keys() {
           "unless data.val_image_size is"),
       key("data.val_image_size", PINFEED_FIELD(transform.val_size), zero_or_side,
           "validation's crop side, px; 0 = data.image_size"),
-      key("data.val_resize_ratio", PINFEED_FIELD(transform.val_resize_ratio), in_range(0.1, 1.0),
+      key("data.val_resize_ratio", PINFEED_FIELD(transform.val_resize_ratio), in_range(data::kMinValResizeRatio, 1.0),
           "val: resize shorter side to side/ratio, centre crop"),
       key("data.image_size_min", PINFEED_FIELD(transform.schedule.min), zero_or_side,
           "progressive resizing (FFCV's min_res): the training side up to epoch data.ramp_start; 0 = no ramp"),
@@ -152,15 +154,15 @@ const std::vector<Key>& keys() {
              [](const std::string& v) { return data::parse_sides(v, kMinImageSize, kMaxImageSize, kMaxEpochs); }, data::sides_text,
              "the training side of each epoch, e.g. \"160*12, 192*4\" (12 epochs at 160, then 192); the last holds "
              "for later epochs; \"\" = off"),
-      key("data.scale_min", PINFEED_FIELD(transform.scale_min), in_range(0.001, 1.0),
+      key("data.scale_min", PINFEED_FIELD(transform.scale_min), in_range(data::kMinScale, 1.0),
           "RandomResizedCrop smallest area fraction"),
-      key("data.scale_max", PINFEED_FIELD(transform.scale_max), in_range(0.001, 1.0),
+      key("data.scale_max", PINFEED_FIELD(transform.scale_max), in_range(data::kMinScale, 1.0),
           "RandomResizedCrop largest area fraction"),
       key("data.hflip", PINFEED_FIELD(transform.hflip), "random horizontal flip in training"),
       key("data.crop_decode", PINFEED_FIELD(transform.crop_decode),
           "JPEG: decode only the crop region (libjpeg-turbo), DCT-scaled 1/2..1/8 when the crop allows; false: "
           "full OpenCV decode"),
-      key("data.workers", PINFEED_FIELD(train_loader.workers), between(0, kMaxWorkers),
+      key("data.workers", PINFEED_FIELD(train_loader.workers), between(0, data::kMaxWorkers),
           "decode threads; 0 = cores - 3 (cores - 1 on 4 cores or fewer); at most 4 x cores"),
       key("data.prefetch_batches", PINFEED_FIELD(train_loader.prefetch_batches), between(1, kMaxPrefetchBatches),
           "batches decoded ahead of the training loop, across the end of an epoch too; the ring (this + 2 "
@@ -173,7 +175,7 @@ const std::vector<Key>& keys() {
           "decoding; 0 = no limit"),
       mebibytes("data.max_file_mb", PINFEED_FIELD(transform.max_file_bytes), between(0, kMaxMegabytes),
                 "a file larger than this (MiB) is a bad image, refused before it is read; 0 = no limit"),
-      key("data.sample_timeout_s", PINFEED_FIELD(train_loader.sample_timeout_s), in_range(0.0, 86400.0),
+      key("data.sample_timeout_s", PINFEED_FIELD(train_loader.sample_timeout_s), in_range(0.0, data::kMaxSampleTimeoutS),
           "a sample still loading after this many seconds (a read or decode that never returns) stops the run "
           "naming its file (exit 3); 0 = no bound"),
       choice("data.decoder", PINFEED_FIELD(dataset.decoder), decoder_names(),

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "app/config/config.h"
+#include "data/limits.h"
 
 namespace pinfeed::app {
 namespace {
@@ -41,7 +42,7 @@ void read_ranks(DistEnv& e) {
                               "OMPI_COMM_WORLD_LOCAL_SIZE"}};
   for (const Names& n : launchers) {
     if (getenv_or(n.rank).empty()) continue;
-    e.world = env_int(n.world, -1, 1, 1 << 20);
+    e.world = env_int(n.world, -1, 1, data::kMaxRanks);
     if (e.world < 0) throw ConfigError(std::string("environment: ") + n.rank + " is set but " + n.world + " is not");
     e.rank = env_int(n.rank, 0, 0, e.world - 1);
     e.local_world = env_int(n.local_world, 1, 1, e.world);

@@ -9,6 +9,7 @@
 
 #include "app/plan/memory.h"
 #include "common/log.h"
+#include "data/limits.h"
 #include "model/batch_norm.h"
 #include "model/max_pool.h"
 #include "gpu/gpu.h"
@@ -66,8 +67,6 @@ Problem device_problem(const Plan& p, PlanUse use = PlanUse::kTrain) {
   }
   return {};
 }
-
-constexpr int kMaxWorkersPerCore = 4;  // decode threads are CPU-bound: past a few per core they only contend
 
 std::string size_text(double bytes) {  // "1.5 GiB", "147 MiB"
   char s[32];
@@ -137,10 +136,10 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
 void check_resources(const Plan& p, PlanUse use) {
   const Config& c = p;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int max_workers = std::min<int>(kMaxWorkers, kMaxWorkersPerCore * cores);
+  const int max_workers = data::max_workers(cores);
   if (p.train_loader.workers > max_workers) {
     throw ConfigError(location_of(c, "data.workers") + ": data.workers = " + std::to_string(p.train_loader.workers) +
-                      " decode threads is more than " + std::to_string(kMaxWorkersPerCore) + " per core (" +
+                      " decode threads is more than " + std::to_string(data::kMaxWorkersPerCore) + " per core (" +
                       std::to_string(cores) + " cores here): set at most " + std::to_string(max_workers) +
                       ", or 0 for the default (" + std::to_string(data::default_workers(p.train_loader.host_ranks)) + ")");
   }
@@ -152,11 +151,9 @@ void check_resources(const Plan& p, PlanUse use) {
   const size_t image_bytes = data::bytes_per_image(p.transform.format, side);
   const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
   const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist_env.local_world);
-  // Half the memory: the rest is for the decode workers' scratch, the dataset index, the model and its
-  // optimizer state on the CPU, LibTorch and the OS.
   const HostMemory host = read_host_memory();
-  const double memory = host.total, allowed = memory / 2;
-  if (memory > 0 && ring * rings > allowed) {
+  const double memory = host.total;
+  if (!pipeline::host_rings_fit(ring * rings, memory)) {
     throw ConfigError(location_of(c, c.locations.count("data.prefetch_batches") ? "data.prefetch_batches" : "train.batch_size") +
                       ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
                       std::to_string(slots) + " slots = data.prefetch_batches " + std::to_string(p.train_loader.prefetch_batches) +

@@ -1,13 +1,17 @@
 #include "app/python/feed.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
 
+#include "common/host_memory.h"
 #include "data/dataset/image_folder.h"
 #include "gpu/gpu.h"
 #include "pipeline/decode/jpeg_decoder.h"
+#include "pipeline/transfer/host_ring.h"
 #include "pipeline/transfer/options.h"
 
 namespace pinfeed::python {
@@ -50,6 +54,30 @@ data::ImageFolder scan(const FeedOptions& o) {
                                  o.classes.empty() ? nullptr : &o.classes);
 }
 
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1 << 30));
+  return text;
+}
+
+// `pinfeed train`'s rule for its host rings (app/plan/plan.cpp), for this loader's ring on each rank of the host,
+// before anything is allocated.
+void check_ring_memory(const data::TransformOptions& t, const data::LoaderOptions& l, bool train) {
+  const int slots = pipeline::ring_slots(l.prefetch_batches);
+  const int side = data::largest_side(t, train);
+  const size_t image_bytes = data::bytes_per_image(t.format, side);
+  const double ring = static_cast<double>(pipeline::ring_bytes(slots, l.batch_size, image_bytes));
+  const int ranks = std::max(1, l.host_ranks);
+  const double memory = common::read_host_memory().total;
+  if (pipeline::host_rings_fit(ring * ranks, memory)) return;
+  const std::string each = ranks > 1 ? " on each of the " + std::to_string(ranks) + " ranks of this host" : "";
+  throw std::invalid_argument("the host batch ring needs " + gib(ring) + each + " (prefetch_batches " +
+                              std::to_string(l.prefetch_batches) + " + 2 slots of batch_size " +
+                              std::to_string(l.batch_size) + " x image_size " + std::to_string(side) + " px = " +
+                              gib(ring / slots) + " per batch), over half of this machine's " + gib(memory) +
+                              " of memory: lower prefetch_batches, batch_size or image_size");
+}
+
 }  // namespace
 
 Feed::Feed(FeedOptions o) : device_(o.device) {
@@ -66,6 +94,7 @@ Feed::Feed(FeedOptions o) : device_(o.device) {
   // except for float32 batches on the CPU: normalised by the workers, as `pinfeed train` on the CPU does.
   const bool uint8_pixels = t.gpu_decode || cuda || o.dtype != at::kFloat;
   t.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
+  check_ring_memory(t, o.loader, o.train);
 
   pipeline::PipelineOptions p;  // pipeline.mode = "auto"'s (app/plan/plan.cpp): dual_stream on CUDA, else pageable
   pipeline::apply_preset(*pipeline::find_preset(cuda ? "dual_stream" : "pageable"), p);

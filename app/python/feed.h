@@ -45,7 +45,8 @@ struct FeedBatch {
 class Feed {
  public:
   // Scans the folder and starts the workers. Throws std::invalid_argument for options that cannot work together
-  // (decoder="nvjpeg" without CUDA or nvJPEG, ...), DataError for a missing or empty folder.
+  // (decoder="nvjpeg" without CUDA or nvJPEG, a host ring over half the memory, ...), DataError for a missing or
+  // empty folder. The bounds of each option alone (data/limits.h) are pinfeed/__init__.py's to check.
   explicit Feed(FeedOptions options);
   ~Feed();  // releases a stalled test sample, then stops the Feeder (bounded: data::Loader::~Loader)
   Feed(const Feed&) = delete;

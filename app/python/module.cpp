@@ -7,15 +7,18 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "app/python/feed.h"
 #include "data/error.h"
+#include "data/limits.h"
 #include "gpu/gpu.h"
 #include "pipeline/decode/jpeg_decoder.h"
 
@@ -183,6 +186,26 @@ PYBIND11_MODULE(_C, m) {
   // Registered after DataError, so tried before it: a stuck sample is a DataError too.
   py::register_exception<pinfeed::data::StuckSample>(m, "StuckSampleError", data_error.ptr());
   m.attr("torch_version") = PINFEED_TORCH_VERSION;
+  {
+    // `pinfeed train`'s bounds for the same options: pinfeed/__init__.py checks the loader's arguments against them.
+    namespace data = pinfeed::data;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    py::dict limits;
+    limits["min_image_size"] = data::kMinImageSize;
+    limits["max_image_size"] = data::kMaxImageSize;
+    limits["max_epochs"] = data::kMaxEpochs;
+    limits["max_batch_size"] = data::kMaxBatchSize;
+    limits["max_prefetch_batches"] = data::kMaxPrefetchBatches;
+    limits["max_threads"] = data::max_workers(cores);
+    limits["threads_per_core"] = data::kMaxWorkersPerCore;
+    limits["cores"] = cores;
+    limits["max_ranks"] = data::kMaxRanks;
+    limits["max_megabytes"] = data::kMaxMegabytes;
+    limits["min_scale"] = data::kMinScale;
+    limits["min_val_resize_ratio"] = data::kMinValResizeRatio;
+    limits["max_sample_timeout_s"] = data::kMaxSampleTimeoutS;
+    m.attr("limits") = limits;
+  }
   m.def("nvjpeg_unavailable_reason", [] { return pinfeed::gpu::JpegDecoder::unavailable_reason(); },
         "Why decoder=\"nvjpeg\" cannot run here (\"\" when it can).");
 

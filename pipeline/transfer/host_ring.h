@@ -77,5 +77,9 @@ class HostRing : public data::BatchArena {
 int64_t ring_bytes(int slots, int64_t batch_size, size_t image_bytes);
 // A ring's slots for a loader deciding prefetch_batches ahead: those, one being copied, one being computed on.
 inline int ring_slots(int prefetch_batches) { return prefetch_batches + 2; }
+// Whether host batch rings of `bytes` in all fit a machine of `memory` bytes (HostMemory::total; 0: unknown, taken
+// as fitting): in half of it, the rest being for the decode workers' scratch, the dataset index, the model and its
+// optimizer state on the CPU, LibTorch and the OS.
+inline bool host_rings_fit(double bytes, double memory) { return memory <= 0 || bytes <= memory / 2; }
 
 }  // namespace pinfeed::pipeline

@@ -1,10 +1,14 @@
 """pinfeed's Python module on the CPU (CPU decode, CPU tensors): its batches against the C++ loader's, resuming
 from state_dict, ranks, bad files, a stuck file and Ctrl-C. ctest runs it (label cpu) with PYTHONPATH on the
 build's python/ folder."""
+import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -204,3 +208,184 @@ def test_import_asks_cuda_for_32_hardware_queues_unless_the_caller_chose(given):
     got, cuda = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
                                text=True).stdout.split()
     assert got == (given or ("32" if cuda != "None" else "None"))
+
+
+def test_a_new_loop_after_ctrl_c_in_a_wait_yields_the_rest_of_the_epoch(dataset):
+    expected = list(loader(dataset / "train", shuffle=False))
+    # batch 2's first sample held as a stuck read would be: Ctrl-C comes while that batch is awaited
+    feed = loader(dataset / "train", shuffle=False, sample_timeout_s=0, _stall_sample=10)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for x, y in feed:
+            got.append((x, y))
+            if len(got) == 2:
+                timer.start()
+    timer.join()
+    feed._release_stall()
+    assert len(got) == 2
+    got += [(x, y) for x, y in feed]  # a new loop, not the interrupted iterator
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(y, ey) and torch.equal(x, ex)
+
+
+@pytest.mark.parametrize("stop", ["ctrl_c_in_the_body", "break"])
+def test_a_new_loop_after_a_pass_left_midway_continues_at_its_first_undelivered_batch(dataset, stop):
+    whole = loader(dataset / "train", seed=9)
+    expected = [b for _ in range(2) for b in whole]  # epochs 0 and 1, uninterrupted
+    feed = loader(dataset / "train", seed=9)
+    got = []
+    with contextlib.suppress(KeyboardInterrupt):
+        for x, y in feed:
+            got.append((x, y))
+            if len(got) == 2:
+                if stop == "break":
+                    break
+                raise KeyboardInterrupt  # Ctrl-C while the loop's body runs
+    assert feed.state_dict()["batch"] == 2
+    got += list(feed)  # the rest of epoch 0
+    assert len(got) == len(feed)
+    got += list(feed)  # epoch 1, a new pass: the last one ended
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(y, ey) and torch.equal(x, ex)
+
+
+def test_set_epoch_to_another_epoch_drops_a_pass_left_midway(dataset):
+    expected = loader(dataset / "train", seed=9)
+    expected.set_epoch(1)
+    expected = list(expected)
+    feed = loader(dataset / "train", seed=9)
+    next(iter(feed))
+    feed.set_epoch(1)
+    got = list(feed)
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(y, ey) and torch.equal(x, ex)
+
+
+# Arguments the loader must refuse, each with the exception naming it. Built in a child whose address space is
+# capped 2 GiB above what importing took, so that one which allocates on (a ring of 10^9 batches, 10^6 threads)
+# fails there instead of taking the machine's memory.
+HOSTILE = {
+    "prefetch_batches=10**9": ("prefetch_batches", ValueError),
+    "prefetch_batches=0": ("prefetch_batches", ValueError),
+    "prefetch_batches=4.0": ("prefetch_batches", TypeError),
+    "image_size=2**31 - 1": ("image_size", ValueError),
+    "image_size=2**30": ("image_size", ValueError),
+    "image_size=8": ("image_size", ValueError),
+    "image_size=[32, 2**30]": ("image_size[1]", ValueError),
+    "image_size=[32, 64], train=False": ("image_size", ValueError),
+    "image_size='32'": ("image_size", TypeError),
+    "batch_size=10**9": ("batch_size", ValueError),
+    "batch_size=8.5": ("batch_size", TypeError),
+    "batch_size='8'": ("batch_size", TypeError),
+    "batch_size=True": ("batch_size", TypeError),
+    "threads=10**6": ("threads", ValueError),
+    "threads=0": ("threads", ValueError),
+    "std=(0, 0, 0)": ("std", ValueError),
+    "std=(0.2, 0.2)": ("std", ValueError),
+    "std=0.2": ("std", TypeError),
+    "mean=(0.5, float('nan'), 0.5)": ("mean[1]", ValueError),
+    "mean=(0.5, '0.5', 0.5)": ("mean[1]", TypeError),
+    "scale=(2.0, 0.5)": ("scale", ValueError),
+    "scale=(0.5, 0.2)": ("scale", ValueError),
+    "scale=(0.0, 1.0)": ("scale", ValueError),
+    "ratio=(-1, 0)": ("ratio", ValueError),
+    "ratio=(2.0, 1.0)": ("ratio", ValueError),
+    "ratio=(0.5, float('inf'))": ("ratio[1]", ValueError),
+    "val_resize_ratio=0": ("val_resize_ratio", ValueError),
+    "val_resize_ratio=1.5": ("val_resize_ratio", ValueError),
+    "sample_timeout_s=-1": ("sample_timeout_s", ValueError),
+    "sample_timeout_s=float('nan')": ("sample_timeout_s", ValueError),
+    "nvjpeg_share=2": ("nvjpeg_share", ValueError),
+    "seed=-1": ("seed", ValueError),
+    "seed=1.0": ("seed", TypeError),
+    "max_image_pixels=-1": ("max_image_pixels", ValueError),
+    "max_file_mb=2**40": ("max_file_mb", ValueError),
+    "max_file_mb=0.5": ("max_file_mb", TypeError),
+    "hflip='no'": ("hflip", TypeError),
+    "shuffle=1": ("shuffle", TypeError),
+    "train=None": ("train", TypeError),
+    "rank=2, world_size=2": ("rank", ValueError),
+    "rank=0, world_size=0": ("world_size", ValueError),
+    "decoder=1": ("decoder", TypeError),
+    "on_bad_image=None": ("on_bad_image", TypeError),
+    "classes='abc'": ("classes", TypeError),
+    # each within its bounds, together a host ring (1026 batches of 2^20 images of 4096 px) over half the memory
+    "batch_size=2**20, image_size=4096, prefetch_batches=1024": ("the host batch ring", ValueError),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_outcomes(dataset):
+    """{case: [exception type, message]} from one child process under a capped address space."""
+    code = textwrap.dedent("""
+        import json, resource, sys
+        import pinfeed
+        root, cases = sys.argv[1], json.loads(sys.argv[2])
+        vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize:")).split()[1]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), resource.getrlimit(resource.RLIMIT_AS)[1]))
+        out, kw = {}, dict(batch_size=5, image_size=32, device="cpu", decoder="cpu", threads=2)
+        for case in cases:
+            try:
+                pinfeed.ImageFolderLoader(root, **dict(kw, **eval(f"dict({case})")))
+                out[case] = [None, "accepted"]
+            except BaseException as e:
+                out[case] = [type(e).__name__, str(e)]
+        x, _ = next(iter(pinfeed.ImageFolderLoader(root, **kw)))  # the cap leaves room for a loader that runs
+        out["control"] = list(x.shape)
+        print(json.dumps(out))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_WORLD_SIZE"}
+    run = subprocess.run([sys.executable, "-c", code, str(dataset / "train"), json.dumps(list(HOSTILE))], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    outcomes = json.loads(run.stdout.splitlines()[-1])
+    assert outcomes.pop("control") == [5, 3, 32, 32]
+    return outcomes
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_hostile_argument_raises_naming_it_before_allocating(hostile_outcomes, case):
+    name, error = HOSTILE[case]
+    kind, message = hostile_outcomes[case]
+    assert kind == error.__name__, message
+    assert re.match(re.escape(f"pinfeed.ImageFolderLoader: {name}"), message), message
+
+
+def test_the_host_ring_check_names_the_arguments_to_lower(hostile_outcomes):
+    _, message = hostile_outcomes["batch_size=2**20, image_size=4096, prefetch_batches=1024"]
+    assert "half of this machine's" in message
+    assert all(a in message for a in ("prefetch_batches 1024", "batch_size 1048576", "image_size 4096"))
+
+
+@pytest.mark.parametrize("change, field, error", [
+    ({"epoch": -1}, "epoch", ValueError),
+    ({"epoch": 1.5}, "epoch", TypeError),
+    ({"batch": -1}, "batch", ValueError),
+    ({"batch": 10**6}, "batch", ValueError),
+    ({"seed": "0"}, "seed", TypeError),
+    ({"batch_size": True}, "batch_size", TypeError),
+    ({"shuffle": 1}, "shuffle", TypeError),
+    ({"epoch": None}, "epoch", TypeError),
+    ({"dataset_size": 7}, "dataset_size", ValueError),
+])
+def test_load_state_dict_refuses_a_bad_field_naming_it(dataset, change, field, error):
+    feed = loader(dataset / "train")
+    state = {**feed.state_dict(), **change}
+    with pytest.raises(error, match=re.escape("pinfeed.ImageFolderLoader.load_state_dict: ") + r".*\b" + field):
+        feed.load_state_dict(state)
+    with pytest.raises(ValueError, match="has no 'batch'"):
+        feed.load_state_dict({"epoch": 0})
+    with pytest.raises(TypeError, match="state must be a dict"):
+        feed.load_state_dict([("epoch", 0)])
+    assert feed.state_dict() == loader(dataset / "train").state_dict()  # nothing taken from a refused state
+
+
+@pytest.mark.parametrize("epoch, error", [(-1, ValueError), (1.5, TypeError), ("1", TypeError), (10**12, ValueError)])
+def test_set_epoch_refuses_an_epoch_out_of_bounds_or_not_an_int(dataset, epoch, error):
+    feed = loader(dataset / "train")
+    with pytest.raises(error, match=r"pinfeed\.ImageFolderLoader\.set_epoch: epoch"):
+        feed.set_epoch(epoch)

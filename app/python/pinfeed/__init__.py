@@ -36,11 +36,15 @@ Bad files (unreadable, truncated, not an image, over max_image_pixels or max_fil
 replaces each by another sample drawn from the seed and lists it in `bad_images` as (path, reason);
 on_bad_image="fail" raises pinfeed.DataError naming the file. A worker busy on one file for longer than
 sample_timeout_s (a read that never returns) raises pinfeed.StuckSampleError naming it. Ctrl-C raises
-KeyboardInterrupt out of a wait for a batch, also while a worker is stuck. After any of these, iterating again
-resumes at the batch that was not delivered.
+KeyboardInterrupt out of a wait for a batch, also while a worker is stuck. After any of these, and after a loop
+left early (Ctrl-C or an exception in its body, a break), the same iterator or a new `for` loop over the loader
+continues the epoch at its first batch not delivered (so `next(iter(loader))` takes a batch of the epoch).
 """
+import math
+import numbers
 import os
 import warnings
+from collections.abc import Mapping, Sequence
 
 import torch  # first: its shared libraries (LibTorch) are the ones the extension module links
 
@@ -64,6 +68,74 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.uint8: "uint8"}
 _STATE_KEYS = ("seed", "batch_size", "world_size", "dataset_size", "shuffle", "drop_last")
+_LIMITS = _C.limits  # `pinfeed train`'s bounds for the same options (data/limits.h)
+_INT64_MAX = 2**63 - 1  # the config keys' integers
+_WHO = "pinfeed.ImageFolderLoader"
+
+
+def _int(who, name, value, lo, hi, why=""):
+    """value as an int in [lo, hi] (a bool, a float or a str refused), else TypeError or ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{who}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{who}: {name} must be in [{lo}, {hi}]{why}, got {value}")
+    return int(value)
+
+
+def _number(name, value, lo=-math.inf, hi=math.inf):
+    """value as a finite float in [lo, hi] (a bool or a str refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{_WHO}: {name} must be a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or not lo <= v <= hi:
+        raise ValueError(f"{_WHO}: {name} must be " + (f"in [{lo}, {hi}]" if math.isfinite(lo) else "finite") +
+                         f", got {value!r}")
+    return v
+
+
+def _numbers(name, value, count):
+    """A tuple or list of `count` finite numbers, as a tuple of floats."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{_WHO}: {name} must be a tuple of {count} numbers, got {type(value).__name__} {value!r}")
+    if len(value) != count:
+        raise ValueError(f"{_WHO}: {name} must have {count} values, got {len(value)}: {value!r}")
+    return tuple(_number(f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
+def _flag(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{_WHO}: {name} must be True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _text(name, value):
+    if not isinstance(value, str):
+        raise TypeError(f"{_WHO}: {name} must be a str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _sides(image_size, train):
+    """image_size as its list of sides by epoch, each in data.image_size's bounds."""
+    lo, hi = _LIMITS["min_image_size"], _LIMITS["max_image_size"]
+    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, bool):
+        return [_int(_WHO, "image_size", image_size, lo, hi)]
+    if isinstance(image_size, (str, bytes)) or not isinstance(image_size, Sequence):
+        raise TypeError(f"{_WHO}: image_size must be an int or (training) a list of ints by epoch, got "
+                        f"{type(image_size).__name__} {image_size!r}")
+    if not 1 <= len(image_size) <= (_LIMITS["max_epochs"] if train else 1):
+        raise ValueError(f"{_WHO}: image_size must list 1 to {_LIMITS['max_epochs'] if train else 1} sides "
+                         f"(several only in training, by epoch), got {len(image_size)}")
+    return [_int(_WHO, f"image_size[{i}]", s, lo, hi) for i, s in enumerate(image_size)]
+
+
+def _local_ranks():
+    """LOCAL_WORLD_SIZE: the processes sharing this host's cores and memory."""
+    text = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    try:
+        ranks = int(text)
+    except ValueError:
+        raise ValueError(f"{_WHO}: LOCAL_WORLD_SIZE in the environment must be an int, got {text!r}") from None
+    return _int(_WHO, "LOCAL_WORLD_SIZE in the environment", ranks, 1, _LIMITS["max_ranks"])
 
 
 def _default_ranks():
@@ -86,6 +158,16 @@ class ImageFolderLoader:
     built with nvJPEG) or "auto" (nvjpeg where it can run). threads: decode threads (None: the host's cores less
     three, shared among the LOCAL_WORLD_SIZE processes of this host, as `pinfeed train` chooses).
     The module's docstring states the stream contract, the ranks' shares and what happens with bad files.
+
+    Every argument is checked before anything is allocated, against `pinfeed train`'s bounds for the same option
+    (batch_size: train.batch_size; image_size: data.image_size; threads: data.workers and its limit per core;
+    seed: train.seed; prefetch_batches, val_resize_ratio, scale, sample_timeout_s, nvjpeg_share, max_image_pixels,
+    max_file_mb: the data.* key of that name). TypeError, naming the argument, for a value of the wrong type: an int
+    argument refuses a bool, a float or a str, a flag anything but True or False; mean, std, scale and ratio are
+    tuples of finite numbers. ValueError, naming the argument and its bounds, for a value outside them (also std > 0,
+    scale's and ratio's min <= max, ratio > 0, rank in [0, world_size)), and, as `pinfeed train` does, for a host
+    batch ring ((prefetch_batches + 2) batches on each of the host's LOCAL_WORLD_SIZE ranks) over half the memory:
+    "pinfeed.ImageFolderLoader: prefetch_batches must be in [1, 1024], got 1000000000".
     """
 
     def __init__(self, root, batch_size, image_size, *, train=True, decoder="auto", threads=None, device=None,
@@ -94,50 +176,86 @@ class ImageFolderLoader:
                  sample_timeout_s=300.0, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), hflip=True, val_resize_ratio=0.875,
                  crop_decode=True, max_image_pixels=100_000_000, max_file_mb=256, nvjpeg_share=1.0,
                  _stall_sample=-1):
-        root = os.fspath(root)
+        try:
+            root = os.fspath(root)
+        except TypeError:
+            raise TypeError(f"{_WHO}: root must be a path, got {type(root).__name__} {root!r}") from None
         if not os.path.isdir(root):
             raise FileNotFoundError(f"{root} is not a directory (an ImageFolder split: root/<class>/<image>)")
-        sides = [int(image_size)] if isinstance(image_size, int) else [int(s) for s in image_size]
-        if not sides or min(sides) < 1 or (not train and len(sides) > 1):
-            raise ValueError("image_size: a positive side, or (training) a list of sides by epoch")
-        if batch_size < 1 or prefetch_batches < 1 or (threads is not None and threads < 1):
-            raise ValueError("batch_size, prefetch_batches and threads must be >= 1")
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be torch.float32, torch.float16 or torch.uint8, not {dtype}")
-        device = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+        train = _flag("train", train)
+        sides = _sides(image_size, train)
+        batch_size = _int(_WHO, "batch_size", batch_size, 1, _LIMITS["max_batch_size"])
+        prefetch_batches = _int(_WHO, "prefetch_batches", prefetch_batches, 1, _LIMITS["max_prefetch_batches"])
+        if threads is not None:
+            threads = _int(_WHO, "threads", threads, 1, _LIMITS["max_threads"],
+                           f" (at most {_LIMITS['threads_per_core']} per core, {_LIMITS['cores']} cores here)")
+        if not isinstance(dtype, torch.dtype) or dtype not in _DTYPES:
+            raise ValueError(f"{_WHO}: dtype must be torch.float32, torch.float16 or torch.uint8, not {dtype!r}")
+        if device is not None and not isinstance(device, (str, torch.device)):
+            raise TypeError(f"{_WHO}: device must be a str or a torch.device, got {type(device).__name__} {device!r}")
+        try:
+            device = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+        except RuntimeError as e:
+            raise ValueError(f"{_WHO}: device {device!r}: {e}") from None
         if device.type == "cuda":
             if not torch.cuda.is_available():
-                raise ValueError(f"device {device}: CUDA is not available")
+                raise ValueError(f"{_WHO}: device {device}: CUDA is not available")
             device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
         elif device.type != "cpu":
-            raise ValueError(f"device must be cpu or cuda, not {device}")
+            raise ValueError(f"{_WHO}: device must be cpu or cuda, not {device}")
+        mean = _numbers("mean", mean, 3)
+        std = _numbers("std", std, 3)
+        if min(std) <= 0:
+            raise ValueError(f"{_WHO}: std must be > 0 in each channel, got {std}")
+        scale = _numbers("scale", scale, 2)
+        if not _LIMITS["min_scale"] <= scale[0] <= scale[1] <= 1:
+            raise ValueError(f"{_WHO}: scale must be (min, max) with {_LIMITS['min_scale']} <= min <= max <= 1, "
+                             f"got {scale}")
+        ratio = _numbers("ratio", ratio, 2)
+        if not 0 < ratio[0] <= ratio[1]:
+            raise ValueError(f"{_WHO}: ratio must be (min, max) with 0 < min <= max, got {ratio}")
+        val_resize_ratio = _number("val_resize_ratio", val_resize_ratio, _LIMITS["min_val_resize_ratio"], 1)
+        sample_timeout_s = _number("sample_timeout_s", sample_timeout_s, 0, _LIMITS["max_sample_timeout_s"])
+        nvjpeg_share = _number("nvjpeg_share", nvjpeg_share, 0, 1)
+        seed = _int(_WHO, "seed", seed, 0, _INT64_MAX)
+        max_image_pixels = _int(_WHO, "max_image_pixels", max_image_pixels, 0, _INT64_MAX)
+        max_file_mb = _int(_WHO, "max_file_mb", max_file_mb, 0, _LIMITS["max_megabytes"])
+        if classes is not None and (isinstance(classes, (str, bytes)) or not isinstance(classes, Sequence) or
+                                    not all(isinstance(c, str) for c in classes)):
+            raise TypeError(f"{_WHO}: classes must be a list of str, got {classes!r}")
+        flags = {name: _flag(name, value) for name, value in
+                 (("channels_last", channels_last), ("hflip", hflip), ("crop_decode", crop_decode))}
+        self.shuffle = train if shuffle is None else _flag("shuffle", shuffle)
+        self.drop_last = train if drop_last is None else _flag("drop_last", drop_last)
         default_rank, default_world = _default_ranks()
-        rank = default_rank if rank is None else rank
-        world_size = default_world if world_size is None else world_size
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, world_size {world_size})")
+        world_size = _int(_WHO, "world_size", default_world if world_size is None else world_size, 1,
+                          _LIMITS["max_ranks"])
+        rank = _int(_WHO, "rank", default_rank if rank is None else rank, 0, world_size - 1,
+                    f" (world_size {world_size})")
+        words = {name: _text(name, value) for name, value in (("decoder", decoder), ("on_bad_image", on_bad_image))}
+        host_ranks = _local_ranks()
+        _stall_sample = _int(_WHO, "_stall_sample", _stall_sample, -1, _INT64_MAX)
         self.batch_size, self.seed, self.world_size, self.rank = batch_size, seed, world_size, rank
-        self.shuffle = train if shuffle is None else bool(shuffle)
-        self.drop_last = train if drop_last is None else bool(drop_last)
         self.device, self.dtype, self.train = device, dtype, train
-        self._feed = _C.Feed(
-            root=root, classes=list(classes or []), train=bool(train), batch_size=int(batch_size), image_sizes=sides,
-            decoder=decoder, threads=int(threads or 0), host_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            device=str(device), channels_last=bool(channels_last), dtype=_DTYPES[dtype], mean=list(mean),
-            std=list(std), shuffle=self.shuffle, seed=int(seed), drop_last=self.drop_last, rank=int(rank),
-            world_size=int(world_size), on_bad_image=on_bad_image, prefetch_batches=int(prefetch_batches),
-            sample_timeout_s=float(sample_timeout_s), scale=tuple(scale), ratio=tuple(ratio), hflip=bool(hflip),
-            val_resize_ratio=float(val_resize_ratio), crop_decode=bool(crop_decode),
-            max_image_pixels=int(max_image_pixels), max_file_bytes=int(max_file_mb * (1 << 20)),
-            nvjpeg_share=float(nvjpeg_share), stall_sample=int(_stall_sample))
+        try:
+            self._feed = _C.Feed(
+                root=root, classes=list(classes or []), train=train, batch_size=batch_size, image_sizes=sides,
+                threads=threads or 0, host_ranks=host_ranks, device=str(device), dtype=_DTYPES[dtype],
+                mean=list(mean), std=list(std), shuffle=self.shuffle, seed=seed, drop_last=self.drop_last, rank=rank,
+                world_size=world_size, prefetch_batches=prefetch_batches, sample_timeout_s=sample_timeout_s,
+                scale=scale, ratio=ratio, val_resize_ratio=val_resize_ratio, max_image_pixels=max_image_pixels,
+                max_file_bytes=max_file_mb << 20, nvjpeg_share=nvjpeg_share, stall_sample=_stall_sample,
+                **flags, **words)
+        except ValueError as e:  # options that cannot work together, the host ring over half the memory
+            raise ValueError(f"{_WHO}: {e}") from None
         if _QUEUES_TOO_LATE and device.type == "cuda" and self._feed.decoder == "nvjpeg":
             warnings.warn(f"CUDA started before `import pinfeed`, with its default 8 hardware queues: the GPU "
                           f"decoder's work can hold up the training step's. Import pinfeed before any CUDA call, or "
                           f"set {_QUEUES}=32 in the environment", RuntimeWarning, stacklevel=2)
         self._epoch = 0       # the epoch the next pass reads
         self._start_at = 0    # the batch it starts at (load_state_dict)
-        self._pass = None     # [epoch, batches delivered, generation] of the pass under way
-        self._generation = 0  # a new pass, or load_state_dict, ends the iterators of the one before
+        self._pass = None     # [epoch, batches delivered, generation] of the pass under way or left unfinished
+        self._generation = 0  # a new iterator, or load_state_dict, ends the ones before
         self._restart = False  # the pass must be started again at its position (after an error or Ctrl-C)
         self._bad = []
 
@@ -146,18 +264,25 @@ class ImageFolderLoader:
         return self._feed.batches_per_epoch
 
     def __iter__(self):
+        """The rest of the pass under way, if one was left before its end (Ctrl-C, an error, a break): from its
+        first batch not delivered. Else a new pass: the epoch's batches from its saved position (load_state_dict)
+        or from the first. An iterator taken earlier ends."""
         self._generation += 1
-        epoch, first = self._epoch, self._start_at
-        self._start_at = 0
-        self._pass = [epoch, first, self._generation]
-        self._restart = True
+        if self._pass is None:
+            self._pass = [self._epoch, self._start_at, self._generation]
+            self._start_at = 0
+            self._restart = True
+        self._pass[2] = self._generation
         return _Iterator(self, self._generation)
 
     def set_epoch(self, epoch):
         """The epoch the next pass reads (its order and its augmentations). The loader advances it by itself after
-        each whole pass; a resumed position (load_state_dict) is kept when the epoch is the saved one."""
+        each whole pass. Another epoch than the current one drops a pass left unfinished; the same one keeps it, and
+        a resumed position (load_state_dict). TypeError or ValueError for an epoch that is not an int in
+        train.epochs' bounds."""
+        epoch = _int(f"{_WHO}.set_epoch", "epoch", epoch, 0, _LIMITS["max_epochs"])
         if epoch != self._epoch:
-            self._epoch, self._start_at = int(epoch), 0
+            self._epoch, self._start_at, self._pass = epoch, 0, None
 
     def state_dict(self):
         """Where the batches stand: the epoch and the batches of it already delivered. A loader of the same dataset,
@@ -168,14 +293,27 @@ class ImageFolderLoader:
                 "drop_last": self.drop_last}
 
     def load_state_dict(self, state):
+        """Continue from a state_dict(). TypeError or ValueError naming the field for one missing, of the wrong
+        type or out of range (epoch in train.epochs' bounds, batch within the epoch), and for one of another
+        loader (seed, batch_size, world_size, dataset_size, shuffle, drop_last)."""
+        who = f"{_WHO}.load_state_dict"
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{who}: state must be a dict (from state_dict()), got {type(state).__name__}")
         mine = self.state_dict()
-        differ = [k for k in _STATE_KEYS if state.get(k) != mine[k]]
+        bounds = {"epoch": (0, _LIMITS["max_epochs"])}  # train.epochs'; batch's below, once it is of this loader
+        for key, value in mine.items():
+            if key not in state:
+                raise ValueError(f"{who}: state has no {key!r}")
+            if isinstance(value, bool) and not isinstance(state[key], bool):
+                raise TypeError(f"{who}: {key} must be True or False, got {state[key]!r}")
+            if not isinstance(value, bool):
+                _int(who, key, state[key], *bounds.get(key, (-_INT64_MAX - 1, _INT64_MAX)))
+        differ = [k for k in _STATE_KEYS if state[k] != mine[k]]
         if differ:
-            raise ValueError("state_dict of another loader: " +
-                             ", ".join(f"{k} {state.get(k)!r} (this loader: {mine[k]!r})" for k in differ))
-        if not 0 <= state["batch"] <= len(self):
-            raise ValueError(f"state_dict batch {state['batch']} is outside this epoch's {len(self)} batches")
-        self._epoch, self._start_at, self._pass = int(state["epoch"]), int(state["batch"]), None
+            raise ValueError(f"{who}: state_dict of another loader: " +
+                             ", ".join(f"{k} {state[k]!r} (this loader: {mine[k]!r})" for k in differ))
+        batch = _int(who, "batch", state["batch"], 0, len(self), f" (this epoch's {len(self)} batches)")
+        self._epoch, self._start_at, self._pass = int(state["epoch"]), batch, None
         self._generation += 1
 
     @property
