@@ -354,6 +354,39 @@ TEST_F(Cli, RunStoppedByBadImagesListsThemInBadImagesTsv) {
   }
 }
 
+size_t error_lines(const std::string& output) {
+  size_t n = 0;
+  for (size_t at = output.find("error:"); at != std::string::npos; at = output.find("error:", at + 1)) ++n;
+  return n;
+}
+
+TEST_F(Cli, GenDataRefusesASideOver8192WithExitTwoBeforeWritingAnything) {
+  for (const std::string size : {"100000x100000", "8193x64", "64x8193", "4294967360x64", "+64x64", "64x", "7x64"}) {
+    const Outcome r = pinfeed({"gen-data", "--out", "data", "--size", size, "--classes", "1", "--train-per-class", "1",
+                               "--val-per-class", "1"});
+    EXPECT_EQ(r.code, 2) << size << ":\n" << r.output;
+    EXPECT_NE(r.output.find("error: gen-data: --size must be WxH with each side 8 to 8192, got '" + size + "'"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(error_lines(r.output), 1u) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "data")) << size;
+  }
+  EXPECT_NE(help_line(pinfeed({"gen-data", "--help"}).output, "--size").find("each side 8 to 8192"), std::string::npos);
+}
+
+// A file that an encoder thread cannot write (a folder stands at its path) ends the command with one error line
+// naming it and exit code 4 (output), after the other threads have stopped: never std::terminate's abort.
+TEST_F(Cli, GenDataWriteErrorInAnEncoderThreadIsOneErrorLineWithExitFour) {
+  fs::create_directories(dir_ / "data/train/class_001/000002.jpg");
+  const Outcome r = pinfeed({"gen-data", "--out", "data", "--classes", "2", "--train-per-class", "4",
+                             "--val-per-class", "1", "--size", "16x16", "--threads", "2"});
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("error: gen-data: cannot write data/train/class_001/000002.jpg"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(error_lines(r.output), 1u) << r.output;
+  EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
+}
+
 // Every cell of the bench's table and log reads as a value or "n/a": no unit glued to a missing figure, no range
 // of nothing, counts in the right number.
 TEST_F(Cli, BenchReportCellsReadAsAValueOrNotAvailable) {
