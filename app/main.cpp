@@ -131,7 +131,8 @@ int run(int argc, char** argv) {
   gen->add_flag("--photo", so.photo, "ImageNet-like files: textured and noisy (~100-150 KB at 500x375)");
   gen->add_option("--quality", so.quality, "JPEG quality")->check(CLI::Range(1, 100));
   gen->add_option("--seed", so.seed, "seed");
-  gen->add_option("--threads", so.threads, "encoder threads (0: all cores)");
+  gen->add_option("--threads", so.threads, "encoder threads (0: all cores; fewer for images too large for 2 GiB "
+                                           "together)")->check(CLI::Range(0, 1024));
 
   app::BenchArgs bench_args;
   auto* bench = cli.add_subcommand("bench", "compare transfer modes on the same data: samples/s, wait, GPU idle");

@@ -23,6 +23,10 @@ namespace {
 
 constexpr int kShapes = 8;
 constexpr int kColours = 12;
+// Drawing one image holds, at its peak, the 8-bit image and three float32 copies (add_texture): about 39 bytes a
+// pixel. The threads together stay under 2 GiB, so a large --size on many cores cannot bring the OOM killer.
+constexpr int64_t kDrawingBytesPerPixel = 3 + 3 * 12;
+constexpr int64_t kDrawingBudget = int64_t{2} << 30;
 
 cv::Scalar class_colour(int hue_index, SampleRng& rng) {
   const double hue = std::fmod(hue_index * (180.0 / kColours) + rng.uniform(-5, 5) + 180.0, 180.0);
@@ -175,7 +179,9 @@ int64_t generate_synthetic(const SyntheticOptions& o) {
       failed = true;
     }
   };
-  const unsigned n = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t fit = std::max<int64_t>(1, kDrawingBudget / (kDrawingBytesPerPixel * o.width * o.height));
+  const unsigned n = static_cast<unsigned>(std::min<int64_t>(
+      fit, o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency())));
   std::vector<std::thread> threads;
   try {
     for (unsigned t = 0; t < n; ++t) threads.emplace_back(work);

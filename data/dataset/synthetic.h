@@ -22,7 +22,7 @@ struct SyntheticOptions {
   bool photo = false;
   int quality = 90;
   uint64_t seed = 0;
-  int threads = 0;  // 0: all cores
+  int threads = 0;  // 0: all cores; fewer where their images would not fit 2 GiB together
 };
 
 // What tells a class apart: its shape (of 8), hue (of 12) and background family (of 4: distractor strokes). Distinct
