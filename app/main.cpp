@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -75,11 +76,19 @@ bool parse_size(const std::string& text, int* width, int* height) {
          std::from_chars(s + x + 1, s + text.size(), *height).ec == std::errc();
 }
 
-int gen_data(data::SyntheticOptions so, const std::string& size) {
+int gen_data(data::SyntheticOptions so, const std::string& size, bool overwrite) {
   constexpr int lo = data::SyntheticOptions::kMinSide, hi = data::SyntheticOptions::kMaxSide;
   if (!parse_size(size, &so.width, &so.height) || so.width < lo || so.width > hi || so.height < lo || so.height > hi) {
     log::error("gen-data: --size must be WxH with each side " + std::to_string(lo) + " to " + std::to_string(hi) +
                ", got '" + data::printable(size) + "'");
+    return app::kExitUsage;
+  }
+  // An existing dataset is never written over unasked. A folder that cannot be listed is left to the generator,
+  // which says what it cannot write.
+  std::error_code ec;
+  if (!overwrite && std::filesystem::is_directory(so.out, ec) && !std::filesystem::is_empty(so.out, ec) && !ec) {
+    log::error("gen-data: --out " + data::printable(so.out) + " is not empty: name a new or empty folder, or pass "
+               "--overwrite to write into it");
     return app::kExitUsage;
   }
   try {
@@ -121,7 +130,11 @@ int run(int argc, char** argv) {
   auto* gen = cli.add_subcommand("gen-data", "write a learnable synthetic ImageFolder of JPEG files");
   data::SyntheticOptions so;
   std::string size = "64x64";
-  gen->add_option("--out", so.out, "output root (train/ and val/ go under it)")->required();
+  bool overwrite = false;
+  gen->add_option("--out", so.out, "output root (train/ and val/ go under it): a new or empty folder, unless --overwrite")
+      ->required();
+  gen->add_flag("--overwrite", overwrite, "write into a non-empty --out: files of the same names are replaced, any "
+                                          "others (other classes, more images per class) stay");
   gen->add_option("--classes", so.classes, "number of classes")->check(CLI::Range(1, 100000));
   gen->add_option("--train-per-class", so.train_per_class, "training images per class")->check(CLI::Range(0, 10000000));
   gen->add_option("--val-per-class", so.val_per_class, "validation images per class")->check(CLI::Range(0, 10000000));
@@ -184,7 +197,7 @@ int run(int argc, char** argv) {
                " (topics: " + all + ")");
     return app::kExitUsage;
   }
-  if (*gen) return gen_data(so, size);
+  if (*gen) return gen_data(so, size, overwrite);
   if (*bench) return app::run_bench(bench_args, app::signal_stop());
   if (*eval) return app::run_eval(eval_args, app::signal_stop());
   if (*predict) return app::run_predict(predict_args);
