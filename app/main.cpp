@@ -4,9 +4,12 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -60,6 +63,44 @@ int print_metrics_help() {
   return app::kExitOk;
 }
 
+// "WxH", digits only and the whole text: "64x64px" is refused, not read as 64x64, and 4294967360 not as 64.
+bool parse_size(const std::string& text, int* width, int* height) {
+  const size_t x = text.find('x');
+  const auto digits = [&](size_t from, size_t to) {
+    return from < to && std::all_of(text.begin() + from, text.begin() + to,
+                                    [](unsigned char c) { return std::isdigit(c) != 0; });
+  };
+  if (x == std::string::npos || !digits(0, x) || !digits(x + 1, text.size())) return false;
+  const char* s = text.data();
+  return std::from_chars(s, s + x, *width).ec == std::errc() &&
+         std::from_chars(s + x + 1, s + text.size(), *height).ec == std::errc();
+}
+
+int gen_data(data::SyntheticOptions so, const std::string& size, bool overwrite) {
+  constexpr int lo = data::SyntheticOptions::kMinSide, hi = data::SyntheticOptions::kMaxSide;
+  if (!parse_size(size, &so.width, &so.height) || so.width < lo || so.width > hi || so.height < lo || so.height > hi) {
+    log::error("gen-data: --size must be WxH with each side " + std::to_string(lo) + " to " + std::to_string(hi) +
+               ", got '" + data::printable(size) + "'");
+    return app::kExitUsage;
+  }
+  // An existing dataset is never written over unasked. A folder that cannot be listed is left to the generator,
+  // which says what it cannot write.
+  std::error_code ec;
+  if (!overwrite && std::filesystem::is_directory(so.out, ec) && !std::filesystem::is_empty(so.out, ec) && !ec) {
+    log::error("gen-data: --out " + data::printable(so.out) + " is not empty: name a new or empty folder, or pass "
+               "--overwrite to write into it");
+    return app::kExitUsage;
+  }
+  try {
+    const int64_t n = data::generate_synthetic(so);
+    log::info("wrote " + std::to_string(n) + " images to " + so.out);
+    return app::kExitOk;
+  } catch (const data::SyntheticWriteError& e) {
+    log::error("gen-data: " + std::string(e.what()));
+    return app::kExitOutput;
+  }
+}
+
 // pinfeed help TOPIC: the topics besides the subcommands (whose --help it prints).
 constexpr const char* kHelpTopics[] = {"config", "metrics"};
 
@@ -89,15 +130,22 @@ int run(int argc, char** argv) {
   auto* gen = cli.add_subcommand("gen-data", "write a learnable synthetic ImageFolder of JPEG files");
   data::SyntheticOptions so;
   std::string size = "64x64";
-  gen->add_option("--out", so.out, "output root (train/ and val/ go under it)")->required();
+  bool overwrite = false;
+  gen->add_option("--out", so.out, "output root (train/ and val/ go under it): a new or empty folder, unless --overwrite")
+      ->required();
+  gen->add_flag("--overwrite", overwrite, "write into a non-empty --out: files of the same names are replaced, any "
+                                          "others (other classes, more images per class) stay");
   gen->add_option("--classes", so.classes, "number of classes")->check(CLI::Range(1, 100000));
   gen->add_option("--train-per-class", so.train_per_class, "training images per class")->check(CLI::Range(0, 10000000));
   gen->add_option("--val-per-class", so.val_per_class, "validation images per class")->check(CLI::Range(0, 10000000));
-  gen->add_option("--size", size, "image size WxH, e.g. 64x64 or 500x375");
+  gen->add_option("--size", size, "image size WxH, each side " + std::to_string(data::SyntheticOptions::kMinSide) +
+                                       " to " + std::to_string(data::SyntheticOptions::kMaxSide) +
+                                       ", e.g. 64x64 or 500x375");
   gen->add_flag("--photo", so.photo, "ImageNet-like files: textured and noisy (~100-150 KB at 500x375)");
   gen->add_option("--quality", so.quality, "JPEG quality")->check(CLI::Range(1, 100));
   gen->add_option("--seed", so.seed, "seed");
-  gen->add_option("--threads", so.threads, "encoder threads (0: all cores)");
+  gen->add_option("--threads", so.threads, "encoder threads (0: all cores; fewer for images too large for 2 GiB "
+                                           "together)")->check(CLI::Range(0, 1024));
 
   app::BenchArgs bench_args;
   auto* bench = cli.add_subcommand("bench", "compare transfer modes on the same data: samples/s, wait, GPU idle");
@@ -149,17 +197,7 @@ int run(int argc, char** argv) {
                " (topics: " + all + ")");
     return app::kExitUsage;
   }
-  if (*gen) {
-    int used = 0;  // the whole text is WxH: "64x64px" is refused, not read as 64x64
-    if (std::sscanf(size.c_str(), "%dx%d%n", &so.width, &so.height, &used) != 2 ||
-        used != static_cast<int>(size.size()) || so.width < 8 || so.height < 8) {
-      log::error("--size must be WxH with both at least 8, got '" + data::printable(size) + "'");
-      return app::kExitUsage;
-    }
-    const int64_t n = data::generate_synthetic(so);
-    log::info("wrote " + std::to_string(n) + " images to " + so.out);
-    return app::kExitOk;
-  }
+  if (*gen) return gen_data(so, size, overwrite);
   if (*bench) return app::run_bench(bench_args, app::signal_stop());
   if (*eval) return app::run_eval(eval_args, app::signal_stop());
   if (*predict) return app::run_predict(predict_args);

@@ -10,8 +10,14 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
+#include <chrono>
+#include <future>
+#include <limits>
+#include <memory>
 #include <set>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "data/dataset/image_folder.h"
 #include "pipeline/augment/augmenter.h"
@@ -206,6 +212,52 @@ TEST(Mixup, SoftTargetsSumToOneWithTheSmoothingFoldedIn) {
     at::Tensor x = at::randn({4, 3, 8, 8});
     mix(x, l, d, 10, 0.1);
     EXPECT_TRUE(at::allclose(l.sum(1), at::full({4}, 1.0f), 1e-5, 1e-6));
+  }
+}
+
+// Beta(a, a) for the alphas data.mixup_alpha and data.cutmix_alpha accept down to the least positive double: both
+// gammas underflow to 0 below about a = 1e-3, which must not send the draw round again and again. A thread keeps
+// the draws so that a hang fails this test rather than the whole binary.
+TEST(Mixup, BetaOfATinyAlphaIsZeroOrOneAndReturns) {
+  for (const double a : {1e-30, 1e-300, std::numeric_limits<double>::denorm_min()}) {
+    auto draws = std::make_shared<std::vector<double>>();
+    std::promise<void> done;
+    std::future<void> finished = done.get_future();
+    std::thread([a, draws, done = std::move(done)]() mutable {
+      for (uint64_t seed = 0; seed < 400; ++seed) {
+        data::SampleRng rng(seed);
+        draws->push_back(sample_beta(a, rng));
+      }
+      done.set_value();
+    }).detach();
+    ASSERT_TRUE(finished.wait_for(std::chrono::seconds(60)) == std::future_status::ready)
+        << "alpha " << a << ": no return in 60 s";
+    int zeros = 0, ones = 0;
+    for (const double b : *draws) {
+      ASSERT_TRUE(b >= 0 && b <= 1) << "alpha " << a << ": " << b;
+      zeros += b == 0, ones += b == 1;
+    }
+    // Beta(a, a) puts half its mass at each end as a -> 0.
+    EXPECT_EQ(zeros + ones, 400) << "alpha " << a;
+    EXPECT_GT(zeros, 150) << "alpha " << a;
+    EXPECT_GT(ones, 150) << "alpha " << a;
+  }
+}
+
+// Mean 1/2 and variance 1 / (4 (2a + 1)) of Beta(a, a), for alphas whose gammas never underflow, sometimes do
+// (1e-3: the draw then comes from their logs) and are at least 1 (no boost).
+TEST(Mixup, BetaDrawsHaveTheMeanAndVarianceOfBetaAA) {
+  for (const double a : {1e-3, 0.2, 1.0, 4.0}) {
+    const int n = 40000;
+    double sum = 0, squares = 0;
+    for (int i = 0; i < n; ++i) {
+      data::SampleRng rng(static_cast<uint64_t>(i));
+      const double b = sample_beta(a, rng);
+      sum += b, squares += b * b;
+    }
+    const double mean = sum / n, variance = squares / n - mean * mean;
+    EXPECT_NEAR(mean, 0.5, 0.01) << "alpha " << a;
+    EXPECT_NEAR(variance, 1.0 / (4.0 * (2.0 * a + 1.0)), 0.01) << "alpha " << a;
   }
 }
 

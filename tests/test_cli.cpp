@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -352,6 +355,81 @@ TEST_F(Cli, RunStoppedByBadImagesListsThemInBadImagesTsv) {
     std::set<std::string> once;
     for (std::string line; std::getline(lines, line);) EXPECT_TRUE(once.insert(line).second) << "twice: " << line;
   }
+}
+
+// Every file under `root`, by its path relative to it, with a hash of its bytes (a failure prints the names and
+// hashes, not the JPEGs).
+std::map<std::string, size_t> files_under(const fs::path& root) {
+  std::map<std::string, size_t> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    out[fs::relative(e.path(), root).string()] = std::hash<std::string>{}({std::istreambuf_iterator<char>(in), {}});
+  }
+  return out;
+}
+
+size_t error_lines(const std::string& output) {
+  size_t n = 0;
+  for (size_t at = output.find("error:"); at != std::string::npos; at = output.find("error:", at + 1)) ++n;
+  return n;
+}
+
+TEST_F(Cli, GenDataRefusesASideOver8192WithExitTwoBeforeWritingAnything) {
+  for (const std::string size : {"100000x100000", "8193x64", "64x8193", "4294967360x64", "+64x64", "64x", "7x64"}) {
+    const Outcome r = pinfeed({"gen-data", "--out", "data", "--size", size, "--classes", "1", "--train-per-class", "1",
+                               "--val-per-class", "1"});
+    EXPECT_EQ(r.code, 2) << size << ":\n" << r.output;
+    EXPECT_NE(r.output.find("error: gen-data: --size must be WxH with each side 8 to 8192, got '" + size + "'"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(error_lines(r.output), 1u) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "data")) << size;
+  }
+  EXPECT_NE(help_line(pinfeed({"gen-data", "--help"}).output, "--size").find("each side 8 to 8192"), std::string::npos);
+}
+
+TEST_F(Cli, GenDataRefusesANonEmptyOutLeavingItsFilesAsTheyWereUnlessOverwrite) {
+  const std::vector<std::string> small = {"--classes", "2", "--train-per-class", "2", "--val-per-class", "1",
+                                          "--size", "16x16", "--threads", "1"};
+  auto gen = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"gen-data", "--out", "data"});
+    args.insert(args.end(), small.begin(), small.end());
+    return pinfeed(args);
+  };
+  fs::create_directories(dir_ / "data");  // an empty folder is as good as a new one
+  ASSERT_EQ(gen({}).code, 0);
+  std::ofstream(dir_ / "data" / "notes.txt") << "a user's file";
+  const auto before = files_under(dir_ / "data");
+  const Outcome refused = gen({"--seed", "5"});
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("error: gen-data: --out data is not empty: name a new or empty folder, or pass "
+                                "--overwrite to write into it"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(error_lines(refused.output), 1u) << refused.output;
+  EXPECT_EQ(files_under(dir_ / "data"), before);
+  EXPECT_NE(help_line(pinfeed({"gen-data", "--help"}).output, "--overwrite").find("non-empty --out"), std::string::npos);
+
+  const Outcome overwritten = gen({"--seed", "5", "--overwrite"});
+  ASSERT_EQ(overwritten.code, 0) << overwritten.output;
+  const auto after = files_under(dir_ / "data");
+  ASSERT_EQ(after.size(), before.size());
+  EXPECT_EQ(after.at("notes.txt"), before.at("notes.txt"));  // only gen-data's own file names are written
+  EXPECT_NE(after.at("train/class_000/000000.jpg"), before.at("train/class_000/000000.jpg"));  // another seed
+}
+
+// A file that an encoder thread cannot write (a folder stands at its path) ends the command with one error line
+// naming it and exit code 4 (output), after the other threads have stopped: never std::terminate's abort.
+TEST_F(Cli, GenDataWriteErrorInAnEncoderThreadIsOneErrorLineWithExitFour) {
+  fs::create_directories(dir_ / "data/train/class_001/000002.jpg");
+  const Outcome r = pinfeed({"gen-data", "--out", "data", "--overwrite", "--classes", "2", "--train-per-class", "4",
+                             "--val-per-class", "1", "--size", "16x16", "--threads", "2"});
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("error: gen-data: cannot write data/train/class_001/000002.jpg"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(error_lines(r.output), 1u) << r.output;
+  EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
 }
 
 // Every cell of the bench's table and log reads as a value or "n/a": no unit glued to a missing figure, no range

@@ -262,4 +262,16 @@ TEST_F(CliRuns, WithoutEvaluationTheEpochLineSaysNothingOfValidation) {
   EXPECT_NE(log.find("start-up took "), std::string::npos) << log;  // once, after the first step
 }
 
+// A ramp that starts and ends at one epoch (data.ramp_start = data.ramp_end = 0, the keys' defaults) trains that
+// epoch at its smallest side and the next at its largest, on every image: none is found "bad" for want of a
+// transform at the new side.
+TEST_F(CliRuns, ARampStartingAndEndingAtOneEpochTrainsTheNextAtItsLargestSide) {
+  const Outcome r = train({"train.epochs=2", "data.image_size_min=32", "data.image_size_max=64"});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1/2 (32 px)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("epoch 2/2 (64 px)"), std::string::npos) << r.output;
+  const std::string bad = text_of(run_folder("-quick") / "bad_images.tsv");
+  EXPECT_EQ(bad.find(".jpg"), std::string::npos) << bad;
+}
+
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+#include <string>
 
 #include <unistd.h>
 
@@ -30,6 +32,28 @@ TEST(GeneratedData, EveryOneOf384ClassesLooksDifferentAndTheFirst24AsBefore) {
     if (c < 24) EXPECT_EQ(look, (SyntheticLook{c % 8, c % 12, 0})) << c;  // the quickstart's 10 classes unchanged
   }
   EXPECT_EQ(synthetic_look(384), synthetic_look(0));
+}
+
+// An encoder thread's error is rethrown on the caller's thread once every thread has stopped (one escaping a thread
+// would end the process in std::terminate): here a folder standing where a file goes.
+TEST(GeneratedData, AnEncoderThreadsErrorReachesTheCallerNamingTheFile) {
+  SyntheticOptions o;
+  o.out = test::fresh_dir("generated_write_error");
+  o.classes = 2, o.train_per_class = 6, o.val_per_class = 0, o.width = o.height = 16, o.threads = 3;
+  const fs::path in_the_way = fs::path(o.out) / "train/class_001/000004.jpg";
+  fs::create_directories(in_the_way);
+  const std::string message = test::message_of<SyntheticWriteError>([&] { generate_synthetic(o); });
+  EXPECT_NE(message.find("cannot write " + in_the_way.string()), std::string::npos) << message;
+}
+
+TEST(GeneratedData, ASideOutsideItsBoundsIsRefusedBeforeAnyFileIsWritten) {
+  SyntheticOptions o;
+  o.out = test::fresh_dir("generated_too_large");
+  o.classes = 1, o.train_per_class = 1, o.val_per_class = 1, o.width = 100000, o.height = 100000;
+  EXPECT_THROW(generate_synthetic(o), std::invalid_argument);
+  o.width = o.height = SyntheticOptions::kMinSide - 1;
+  EXPECT_THROW(generate_synthetic(o), std::invalid_argument);
+  EXPECT_TRUE(fs::is_empty(o.out));
 }
 
 TEST(ImageFolder, ClassesAreSortedByNameAndLabelledInOrder) {

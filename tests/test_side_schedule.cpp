@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "data/dataset/dataset.h"
 #include "data/transform/side_schedule.h"
 #include "data/transform/transforms.h"
 
@@ -33,6 +36,57 @@ TEST(SideSchedule, RampFollowsFfcvGetResolution) {
   s.min = 128, s.max = 256, s.start_ramp = 0, s.end_ramp = 4;
   EXPECT_EQ(by_epoch(s, 6), (std::vector<int>{128, 160, 192, 224, 256, 256}));
   EXPECT_EQ(s.all_sides(224), (std::vector<int>{128, 160, 192, 224, 256}));
+}
+
+// Every side at() gives, at any epoch, is one all_sides() lists: the dataset builds a transform for each listed side
+// (an epoch at another would find every image "bad") and memory is sized for the largest.
+TEST(SideSchedule, EverySideOfEveryEpochIsAmongAllSides) {
+  std::vector<SideSchedule> schedules;
+  for (const auto& [start, end] : std::vector<std::pair<int, int>>{
+           {0, 0}, {1, 1}, {5, 5}, {0, 1}, {0, 4}, {2, 3}, {11, 13}, {3, 10}, {65, 76}}) {
+    for (const int step : {16, 32}) {
+      SideSchedule s;
+      s.min = 32, s.max = 64, s.step = step, s.start_ramp = start, s.end_ramp = end;
+      schedules.push_back(s);
+    }
+  }
+  for (const std::vector<int>& list : {std::vector<int>{160, 160, 192}, {192, 160}, {128}}) {
+    SideSchedule s;
+    s.by_epoch = list;
+    schedules.push_back(s);
+  }
+  schedules.emplace_back();  // off
+  for (const SideSchedule& s : schedules) {
+    const std::string what = "ramp " + std::to_string(s.start_ramp) + "-" + std::to_string(s.end_ramp) + " step " +
+                             std::to_string(s.step) + ", list " + sides_text(s.by_epoch);
+    const std::vector<int> all = s.all_sides(224);
+    for (int e = 0; e <= s.settled_from() + 5; ++e) {
+      EXPECT_NE(std::find(all.begin(), all.end(), s.at(e, 224)), all.end()) << what << ": epoch " << e;
+      if (e >= s.settled_from()) {
+        EXPECT_EQ(s.at(e, 224), s.at(s.settled_from(), 224)) << what << ": epoch " << e;
+      }
+    }
+    if (s.ramp()) {
+      EXPECT_EQ(all.back(), s.max) << what;
+    }
+  }
+}
+
+// FFCV's get_resolution tests epoch <= start_ramp first: a ramp that starts and ends at one epoch holds min
+// through it and jumps to max at the next, and the dataset has a transform for both.
+TEST(SideSchedule, ARampStartingAndEndingAtOneEpochJumpsAtTheNext) {
+  TransformOptions t;
+  t.size = 48;
+  t.schedule.min = 32, t.schedule.max = 64;
+  EXPECT_EQ(by_epoch(t.schedule, 3), (std::vector<int>{32, 64, 64}));  // ramp_start = ramp_end = 0: the defaults
+  EXPECT_EQ(t.schedule.all_sides(48), (std::vector<int>{32, 64}));
+  EXPECT_EQ(largest_side(t, true), 64);
+  const Dataset at_zero(ImageFolder{}, t, true, BadImagePolicy::kSkip);
+  EXPECT_EQ(at_zero.transform_at(1).size, 64);
+  t.schedule.start_ramp = t.schedule.end_ramp = 1;
+  EXPECT_EQ(by_epoch(t.schedule, 4), (std::vector<int>{32, 32, 64, 64}));
+  const Dataset at_one(ImageFolder{}, t, true, BadImagePolicy::kSkip);
+  EXPECT_EQ(at_one.transform_at(2).size, 64);
 }
 
 TEST(SideSchedule, OffGivesTheFixedSide) {

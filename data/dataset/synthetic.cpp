@@ -1,10 +1,12 @@
 #include "data/dataset/synthetic.h"
 
 #include <atomic>
-#include <mutex>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -12,7 +14,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "data/error.h"
+#include "data/dataset/image_folder.h"  // printable
 #include "data/transform/sample_rng.h"
 
 namespace pinfeed::data {
@@ -21,6 +23,10 @@ namespace {
 
 constexpr int kShapes = 8;
 constexpr int kColours = 12;
+// Drawing one image holds, at its peak, the 8-bit image and three float32 copies (add_texture): about 39 bytes a
+// pixel. The threads together stay under 2 GiB, so a large --size on many cores cannot bring the OOM killer.
+constexpr int64_t kDrawingBytesPerPixel = 3 + 3 * 12;
+constexpr int64_t kDrawingBudget = int64_t{2} << 30;
 
 cv::Scalar class_colour(int hue_index, SampleRng& rng) {
   const double hue = std::fmod(hue_index * (180.0 / kColours) + rng.uniform(-5, 5) + 180.0, 180.0);
@@ -117,6 +123,13 @@ SyntheticLook synthetic_look(int label) {
 }
 
 int64_t generate_synthetic(const SyntheticOptions& o) {
+  for (const int side : {o.width, o.height}) {
+    if (side < SyntheticOptions::kMinSide || side > SyntheticOptions::kMaxSide) {
+      throw std::invalid_argument("synthetic images' sides must be in [" + std::to_string(SyntheticOptions::kMinSide) +
+                                  ", " + std::to_string(SyntheticOptions::kMaxSide) + "], got " +
+                                  std::to_string(o.width) + "x" + std::to_string(o.height));
+    }
+  }
   struct Job { std::string path; int label; uint64_t seed; };
   std::vector<Job> jobs;
   for (const char* split : {"train", "val"}) {
@@ -127,7 +140,7 @@ int64_t generate_synthetic(const SyntheticOptions& o) {
       const fs::path dir = fs::path(o.out) / split / cls;
       std::error_code ec;
       fs::create_directories(dir, ec);
-      if (ec) throw DataError("cannot create " + dir.string() + ": " + ec.message());
+      if (ec) throw SyntheticWriteError("cannot create " + printable(dir.string()) + ": " + ec.message());
       for (int i = 0; i < per_class; ++i) {
         char name[32];
         std::snprintf(name, sizeof name, "%06d.jpg", i);
@@ -137,26 +150,48 @@ int64_t generate_synthetic(const SyntheticOptions& o) {
   }
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  std::string failure;
+  std::exception_ptr failure;  // the first thread's error, rethrown on the caller's thread
   std::mutex failure_mutex;
   auto work = [&] {
-    cv::setNumThreads(1);
-    const std::vector<int> params = {cv::IMWRITE_JPEG_QUALITY, o.quality};
-    for (size_t j; !failed && (j = next++) < jobs.size();) {
-      SampleRng rng(jobs[j].seed);
-      const cv::Mat img = draw_sample(o, jobs[j].label, rng);
-      if (!cv::imwrite(jobs[j].path, img, params)) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        failure = "cannot write " + jobs[j].path + " (disk full or not writable?)";
-        failed = true;
+    try {
+      cv::setNumThreads(1);
+      const std::vector<int> params = {cv::IMWRITE_JPEG_QUALITY, o.quality};
+      for (size_t j; !failed && (j = next++) < jobs.size();) {
+        const std::string& path = jobs[j].path;
+        cv::Mat img;
+        try {
+          SampleRng rng(jobs[j].seed);
+          img = draw_sample(o, jobs[j].label, rng);
+        } catch (const cv::Exception& e) {  // its what() spans lines and names OpenCV's source file
+          throw std::runtime_error("cannot draw " + printable(path) + ": OpenCV: " + e.err);
+        }
+        bool written = false;
+        try {
+          written = cv::imwrite(path, img, params);
+        } catch (const cv::Exception& e) {
+          throw SyntheticWriteError("cannot write " + printable(path) + ": OpenCV: " + e.err);
+        }
+        if (!written) throw SyntheticWriteError("cannot write " + printable(path) + " (disk full or not writable?)");
       }
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      failed = true;
     }
   };
-  const unsigned n = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t fit = std::max<int64_t>(1, kDrawingBudget / (kDrawingBytesPerPixel * o.width * o.height));
+  const unsigned n = static_cast<unsigned>(std::min<int64_t>(
+      fit, o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency())));
   std::vector<std::thread> threads;
-  for (unsigned t = 0; t < n; ++t) threads.emplace_back(work);
+  try {
+    for (unsigned t = 0; t < n; ++t) threads.emplace_back(work);
+  } catch (...) {  // no thread to be had: the started ones stop at their next file
+    failed = true;
+    for (auto& t : threads) t.join();
+    throw;
+  }
   for (auto& t : threads) t.join();
-  if (failed) throw DataError(failure);
+  if (failure) std::rethrow_exception(failure);
   return static_cast<int64_t>(jobs.size());
 }
 

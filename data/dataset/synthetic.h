@@ -3,11 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace pinfeed::data {
 
 struct SyntheticOptions {
+  // Each side in [kMinSide, kMaxSide]: 8192 x 8192 is the largest square under the loader's default
+  // data.max_image_pixels (100 M), so every file written can be trained on as it is.
+  static constexpr int kMinSide = 8, kMaxSide = 8192;
+
   std::string out;         // writes out/train/<class>/*.jpg and out/val/<class>/*.jpg
   int classes = 10;
   int train_per_class = 100;
@@ -17,7 +22,7 @@ struct SyntheticOptions {
   bool photo = false;
   int quality = 90;
   uint64_t seed = 0;
-  int threads = 0;  // 0: all cores
+  int threads = 0;  // 0: all cores; fewer where their images would not fit 2 GiB together
 };
 
 // What tells a class apart: its shape (of 8), hue (of 12) and background family (of 4: distractor strokes). Distinct
@@ -29,7 +34,16 @@ struct SyntheticLook {
 };
 SyntheticLook synthetic_look(int label);
 
-// Returns the number of files written. Throws DataError when a file cannot be written.
+// A folder or file under SyntheticOptions::out could not be made (a full disk, no permission, a folder in the
+// way): an output error, not bad input data.
+class SyntheticWriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Returns the number of files written. Throws std::invalid_argument for a side outside [kMinSide, kMaxSide] and
+// SyntheticWriteError when a folder or file cannot be made; any error of an encoder thread is rethrown here, on
+// the caller's thread, after every thread has stopped.
 int64_t generate_synthetic(const SyntheticOptions& options);
 
 }  // namespace pinfeed::data

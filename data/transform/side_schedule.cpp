@@ -10,11 +10,18 @@
 
 namespace pinfeed::data {
 
+int64_t SideSchedule::settled_from() const {
+  if (!by_epoch.empty()) return static_cast<int64_t>(by_epoch.size()) - 1;
+  if (!ramp()) return 0;
+  // FFCV tests epoch <= start_ramp first: with start_ramp == end_ramp, min holds through that epoch, max follows.
+  return std::max<int64_t>(end_ramp, int64_t{start_ramp} + 1);
+}
+
 int SideSchedule::at(int64_t epoch, int fixed) const {
-  if (!by_epoch.empty()) return by_epoch[static_cast<size_t>(std::min<int64_t>(epoch, by_epoch.size() - 1))];
+  if (!by_epoch.empty()) return by_epoch[static_cast<size_t>(std::min(epoch, settled_from()))];
   if (!ramp()) return fixed;
   if (epoch <= start_ramp) return min;
-  if (epoch >= end_ramp) return max;
+  if (epoch >= settled_from()) return max;
   const double t = static_cast<double>(epoch - start_ramp) / (end_ramp - start_ramp);
   // np.round: halves to even, as std::nearbyint in the default rounding mode.
   return static_cast<int>(std::nearbyint((min + t * (max - min)) / step)) * step;
@@ -26,9 +33,7 @@ std::vector<int> SideSchedule::sides(int64_t epochs, int fixed) const {
   return {all.begin(), all.end()};
 }
 
-std::vector<int> SideSchedule::all_sides(int fixed) const {
-  return sides(std::max<int64_t>(ramp() ? end_ramp : 0, static_cast<int64_t>(by_epoch.size())) + 1, fixed);
-}
+std::vector<int> SideSchedule::all_sides(int fixed) const { return sides(settled_from() + 1, fixed); }
 
 std::string SideSchedule::problem() const {
   if (!by_epoch.empty() && (min > 0 || max > 0)) return "set either the ramp (min, max) or the list, not both";

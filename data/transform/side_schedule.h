@@ -20,6 +20,8 @@ struct SideSchedule {
   bool active() const { return ramp() || !by_epoch.empty(); }
   // The side of `epoch`; `fixed` when the schedule is off.
   int at(int64_t epoch, int fixed) const;
+  // The first epoch from which at() gives the same side for good (0 when the schedule is off).
+  int64_t settled_from() const;
   // Every side it gives over `epochs` epochs, ascending, each once; all_sides: over a run of any length.
   std::vector<int> sides(int64_t epochs, int fixed) const;
   std::vector<int> all_sides(int fixed) const;

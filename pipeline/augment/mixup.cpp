@@ -17,9 +17,8 @@ double normal(data::SampleRng& rng) {  // Box-Muller
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
 }
 
-// Gamma(a, 1) by Marsaglia and Tsang (2000); a < 1 through Gamma(a + 1) * U^(1/a).
+// Gamma(a, 1) for a >= 1 by Marsaglia and Tsang (2000).
 double sample_gamma(double a, data::SampleRng& rng) {
-  if (a < 1.0) return sample_gamma(a + 1.0, rng) * std::pow(1.0 - rng.uniform(), 1.0 / a);
   const double d = a - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
   for (;;) {
     const double x = normal(rng);
@@ -31,13 +30,32 @@ double sample_gamma(double a, data::SampleRng& rng) {
   }
 }
 
+// Gamma(a, 1) for a < 1 as Marsaglia and Tsang's Gamma(a + 1) U^(1/a), kept as its two factors' draws: the
+// product underflows to 0 for a far below 1, while their logs stay finite.
+struct SmallGamma {
+  double g, u;  // g: Gamma(a + 1); u in (0, 1]
+  double value(double a) const { return g * std::pow(u, 1.0 / a); }
+};
+
+SmallGamma sample_small_gamma(double a, data::SampleRng& rng) {
+  const double g = sample_gamma(a + 1.0, rng);
+  return {g, 1.0 - rng.uniform()};
+}
+
 }  // namespace
 
 double sample_beta(double a, data::SampleRng& rng) {
-  for (;;) {
+  if (a >= 1.0) {
     const double x = sample_gamma(a, rng), y = sample_gamma(a, rng);
-    if (x + y > 0) return x / (x + y);  // both underflowing to 0 (a far below 1): draw again
+    return x / (x + y);
   }
+  const SmallGamma gx = sample_small_gamma(a, rng), gy = sample_small_gamma(a, rng);
+  const double x = gx.value(a), y = gy.value(a);
+  if (x + y > 0) return x / (x + y);
+  // Both underflowed (a far below 1, where Beta(a, a) is almost surely within a hair of 0 or 1): x / (x + y) as
+  // 1 / (1 + y / x) with log(y / x) from the logs, times a so that no term is infinite (1 / a may be).
+  const double log_ratio = (a * std::log(gy.g) + std::log(gy.u) - a * std::log(gx.g) - std::log(gx.u)) / a;
+  return 1.0 / (1.0 + std::exp(log_ratio));
 }
 
 MixDraw draw_mix(const AugmentOptions& o, int height, int width, data::SampleRng& rng) {

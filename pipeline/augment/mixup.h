@@ -25,7 +25,8 @@ struct MixDraw {
 // height x width. Beta draws by Marsaglia-Tsang gammas from rng (numpy's own algorithm differs; the law is the same).
 MixDraw draw_mix(const AugmentOptions& options, int height, int width, data::SampleRng& rng);
 
-// Beta(a, a), a > 0.
+// Beta(a, a), any a > 0, in bounded time: for a far below 1 (about 1e-3 and less) mostly exactly 0 or 1, where
+// Beta(a, a) puts nearly all its mass.
 double sample_beta(double a, data::SampleRng& rng);
 
 // images: (B, C, H, W) floating, mixed (CutMix in place; Mixup replaces it). labels: (B,) int64 class indices,
