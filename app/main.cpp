@@ -42,7 +42,7 @@ namespace {
 using namespace pinfeed;
 
 int print_config_help(bool markdown) {
-  if (markdown) {  // the README's key table (a test compares the two)
+  if (markdown) {  // docs/config-keys.md's table (a test compares the two)
     std::fputs(app::config_keys_markdown().c_str(), stdout);
     return app::kExitOk;
   }
@@ -162,7 +162,7 @@ int run(int argc, char** argv) {
   std::string topic;
   help->add_option("topic", topic, "config | metrics | a command (default: the list of commands)");
   bool markdown = false;
-  help->add_flag("--markdown", markdown, "config: the key table as Markdown (README.md's)");
+  help->add_flag("--markdown", markdown, "config: the key table as Markdown (docs/config-keys.md's)");
 
   if (const std::string problem = app::misuse(cli, argc, argv); !problem.empty()) {
     log::error(problem);

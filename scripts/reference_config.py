@@ -10,7 +10,7 @@ try:
 except ImportError:  # Python < 3.11
     tomllib = None
 
-# Every config key pinfeed knows, with its default (README's table): the recipe's keys are read, the rest are
+# Every config key pinfeed knows, with its default (docs/config-keys.md): the recipe's keys are read, the rest are
 # pinfeed's machinery and ignored here.
 DEFAULTS = {
     "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_image_size": 0,

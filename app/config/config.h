@@ -133,7 +133,7 @@ struct KeyHelp {
   std::string name, type, default_value, help;
 };
 std::vector<KeyHelp> config_keys();
-std::string config_keys_markdown();  // the README's key table: `pinfeed help config --markdown`
+std::string config_keys_markdown();  // docs/config-keys.md's table: `pinfeed help config --markdown`
 
 // A ResNet-50 step is on the order of a thousand kernels and as many launches in a trace, a megabyte or two: a
 // bound on the file, and on the memory the profiler holds until it writes it.

@@ -1,5 +1,5 @@
 // The key table: every TOML key, once, bound to the field that consumes it; and what is made from the table
-// (to_toml, pinfeed help config, the README's key table).
+// (to_toml, pinfeed help config, docs/config-keys.md).
 #include "app/config/keys.h"
 
 #include <algorithm>
