@@ -423,5 +423,16 @@ TEST(Config, BadAugmentationValuesSayWhatIsAllowedInOneLine) {
             std::string::npos);
 }
 
+// 0 would make LAMB divide 0 by 0 where a gradient is 0, and LARS's trust ratio 0 for every weight it scales.
+TEST(Config, LambEpsAndLarsEtaOfZeroAreRefusedNamingTheKey) {
+  const auto eps = error_of(kBase, {"train.optimizer=lamb", "train.lamb_eps=0"});
+  EXPECT_EQ(eps.rfind("override 'train.lamb_eps=0':1:16: train.lamb_eps must be in (0, 1], got 0", 0), 0u) << eps;
+  const auto eta = error_of(kBase, {"train.optimizer=lars", "train.lars_eta=0"});
+  EXPECT_EQ(eta.rfind("override 'train.lars_eta=0':1:16: train.lars_eta must be in (0, 1], got 0", 0), 0u) << eta;
+  const Config small = parse_config_string(kBase, "cfg.toml", {"train.lamb_eps=1e-12", "train.lars_eta=1"});
+  EXPECT_DOUBLE_EQ(small.step.optimizer.lamb.eps, 1e-12);
+  EXPECT_DOUBLE_EQ(small.step.optimizer.lars.eta, 1.0);
+}
+
 }  // namespace
 }  // namespace pinfeed::app
