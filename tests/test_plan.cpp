@@ -157,7 +157,7 @@ TEST(Plan, ATrainingStepOverTheMemoryThisProcessMayUseIsRefusedNamingTheKeysAndF
   // batch 32) pass their own check, the step's activations (~69 GiB) do not.
   const ScopedHostMemory fake({10 * kGiB, 12 * kGiB, 12 * kGiB});
   const auto e = plan_error(cpu_config({"data.image_size=1024", "train.batch_size=32"}));
-  EXPECT_EQ(e.rfind("override 'train.batch_size=32':1:18: a training step needs ~", 0), 0u) << e;
+  EXPECT_EQ(e.rfind("override 'data.image_size=1024':1:17: a training step needs ~", 0), 0u) << e;
   for (const char* part : {"train.batch_size 32 x data.image_size 1024 px in 32-bit", "host batch rings 4.5 GiB",
                            "this process may use 10.0 GiB (12.0 GiB in all: cgroup limit 12.0 GiB)",
                            "lower train.batch_size or data.image_size"}) {
@@ -248,6 +248,41 @@ TEST(Plan, AutoAugmentTakesUint8PixelsAndTheTrainingFeederGetsTheSmoothing) {
   EXPECT_EQ(a.num_classes, 7);
   EXPECT_DOUBLE_EQ(a.label_smoothing, 0.1);
   EXPECT_TRUE(a.pixel_ops());
+}
+
+// A config that sets the validation side apart (data.val_image_size) sizes the rings by it: the error names that
+// key, located where it was written, not the prefetch the recipe file holds.
+TEST(Plan, HostRingsSizedByTheValidationSideNameDataValImageSizeWhereItWasSet) {
+  constexpr double kGiB = 1 << 30;
+  const ScopedHostMemory fake({8 * kGiB, 8 * kGiB, 0});
+  const Config c = parse_config_string("[data]\nroot = \"/data\"\nprefetch_batches = 4\n", "cfg.toml",
+                                       {"train.batch_size=32", "data.image_size=32", "data.val_image_size=4096",
+                                        "train.device=cpu"});
+  const auto e = plan_error(c);
+  EXPECT_EQ(e.rfind("override 'data.val_image_size=4096':1:21: the host batch rings need ", 0), 0u) << e;
+  for (const char* part : {"train.batch_size 32 x data.val_image_size 4096 px",
+                           "lower data.prefetch_batches, train.batch_size or data.val_image_size"}) {
+    EXPECT_NE(e.find(part), std::string::npos) << part << " in " << e;
+  }
+  EXPECT_EQ(e.find("data.image_size 4096"), std::string::npos) << e;
+}
+
+// The side the step is sized by is the schedule's largest: the error names the key that set it and is located
+// there, not at the batch size, which was small.
+TEST(Plan, ATrainingStepSizedByTheSchedulesLargestSideIsLocatedAtThatKey) {
+  constexpr double kGiB = 1 << 30;
+  const ScopedHostMemory fake({10 * kGiB, 64 * kGiB, 0});
+  const auto e = plan_error(cpu_config({"train.batch_size=8", "data.image_size_min=512", "data.image_size_max=1024"}));
+  EXPECT_EQ(e.rfind("override 'data.image_size_max=1024':1:21: a training step needs ~", 0), 0u) << e;
+  for (const char* part : {"train.batch_size 8 x data.image_size_max 1024 px", "lower train.batch_size or data.image_size_max"}) {
+    EXPECT_NE(e.find(part), std::string::npos) << part << " in " << e;
+  }
+  // The batch size set on the command line over a side in the file: the batch size it is.
+  const ScopedHostMemory small({1 * kGiB, 64 * kGiB, 0});
+  const Config file_side = parse_config_string("[data]\nroot = \"/data\"\nimage_size = 224\n", "cfg.toml",
+                                               {"train.batch_size=64", "train.device=cpu"});
+  EXPECT_EQ(plan_error(file_side).rfind("override 'train.batch_size=64':1:18: a training step needs ~", 0), 0u)
+      << plan_error(file_side);
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ namespace {
 
 using data::printable;
 
+constexpr const char* kOverride = "override '";  // how an override's location starts: override 'k=v':1:N
+
 // "unknown key 'x'" with the key most likely meant: the same key name in its right section (epochs, data.lr),
 // else the nearest key by edit distance (train.learning_rte).
 std::string unknown_key(const std::string& name) {
@@ -228,6 +230,11 @@ std::string location_of(const Config& c, const std::string& key) {
   return it != c.locations.end() ? it->second : c.source + ":1:1";
 }
 
+bool set_by_override(const Config& c, const std::string& key) {
+  const auto it = c.locations.find(key);
+  return it != c.locations.end() && it->second.rfind(kOverride, 0) == 0;
+}
+
 std::string value_text(const Config& c, const std::string& key) {
   const Key* k = find_key(key);
   if (!k) return "?";
@@ -242,7 +249,7 @@ std::string value_text(const Config& c, const std::string& key) {
 }
 
 void apply_override(Config& c, const std::string& assignment) {
-  const std::string source = "override '" + printable(assignment) + "'";
+  const std::string source = kOverride + printable(assignment) + "'";
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw ConfigError(source + ":1:1: expected section.key=value");

@@ -76,6 +76,25 @@ std::string size_text(double bytes) {  // "1.5 GiB", "147 MiB"
   return s;
 }
 
+// The key that set a training side: data.image_size, or the schedule's key that gives it.
+std::string train_side_key(const data::TransformOptions& t, int side) {
+  const data::SideSchedule& s = t.schedule;
+  if (!s.by_epoch.empty()) return "data.image_size_by_epoch";
+  if (s.ramp()) return side == s.min ? "data.image_size_min" : "data.image_size_max";
+  return "data.image_size";
+}
+
+// Where an error about a product of keys is located: at one the user set, an override before the config file (the
+// value just typed is likelier what broke the fit than the recipe that ran before), else in `keys`' order.
+std::string location_of_first_set(const Config& c, const std::vector<std::string>& keys) {
+  for (const bool override : {true, false}) {
+    for (const std::string& key : keys) {
+      if (c.locations.count(key) && set_by_override(c, key) == override) return location_of(c, key);
+    }
+  }
+  return location_of(c, keys.front());
+}
+
 // What one training step keeps (memory.h: the activations for backward, the model and its optimizer state)
 // against what this process may use: on the CPU, every rank of this host with the host rings (`rings_bytes`) in
 // the host memory still available, this process's cgroup included; on CUDA, the step and the input batch in the
@@ -102,20 +121,22 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
     for (size_t i = 0; i < sides.size(); ++i) sizes_text += (i ? ", " : "") + std::to_string(sides[i]);
     sizes_text += " px: one CUDA graph each)";
   }
+  const std::string side_key = train_side_key(p.transform, static_cast<int>(size));
+  const std::string at = location_of_first_set(c, {side_key, "train.batch_size"});
   const std::string what = "activations " + size_text(activations) + " for train.batch_size " + std::to_string(batch) +
-                           " x data.image_size " + sizes_text + " in " + (half ? "16" : "32") +
+                           " x " + side_key + " " + sizes_text + " in " + (half ? "16" : "32") +
                            "-bit, model and optimizer state " + size_text(state);
-  const std::string lower = ": lower train.batch_size or data.image_size";
+  const std::string lower = ": lower train.batch_size or " + side_key;
   if (p.device.is_cuda()) {
     // float32 is what the model sees whatever pipeline.transfer_dtype carries.
     const double input = static_cast<double>(batch) * 3 * size * size * 4;
     const double need = activations + state + input;
     const auto info = gpu::device_info(p.device.index());
     if (info.total_memory > 0 && need > static_cast<double>(info.total_memory)) {
-      throw ConfigError(location_of(c, "train.batch_size") + ": a training step needs ~" + size_text(need) + " (" + what +
-                        ", one input batch " + size_text(input) + "), more than the " +
-                        size_text(static_cast<double>(info.total_memory)) + " of " + p.device.str() + " (" + info.name +
-                        ")" + lower + (half ? "" : ", or set train.precision = \"bf16\""));
+      throw ConfigError(at + ": a training step needs ~" + size_text(need) + " (" + what + ", one input batch " +
+                        size_text(input) + "), more than the " + size_text(static_cast<double>(info.total_memory)) +
+                        " of " + p.device.str() + " (" + info.name + ")" + lower +
+                        (half ? "" : ", or set train.precision = \"bf16\""));
     }
     return;
   }
@@ -123,7 +144,7 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
   const double need = ranks * (activations + state) + rings_bytes;
   if (host.available > 0 && need > host.available) {
     const std::string limit = host.cgroup_limit > 0 ? ": cgroup limit " + size_text(host.cgroup_limit) : ": no cgroup limit";
-    throw ConfigError(location_of(c, "train.batch_size") + ": a training step needs ~" + size_text(need) + " (" +
+    throw ConfigError(at + ": a training step needs ~" + size_text(need) + " (" +
                       (ranks > 1 ? std::to_string(ranks) + " ranks on this host, each: " : "") + what +
                       "; host batch rings " + size_text(rings_bytes) + "), this process may use " +
                       size_text(host.available) + " (" + size_text(host.total) + " in all" + limit + ")" + lower +
@@ -148,7 +169,10 @@ void check_resources(const Plan& p, PlanUse use) {
   // Every rank on this host holds a training ring and, with train.eval, a validation ring, at the same time.
   const int slots = pipeline::ring_slots(p.train_loader.prefetch_batches);
   // Both rings counted at the larger of training's largest side and validation's: a bound from above.
-  const int side = std::max(data::largest_side(p.transform, /*train=*/true), data::side_of(p.transform, false, 0));
+  const int train_side = data::largest_side(p.transform, /*train=*/true), val_side = data::side_of(p.transform, false, 0);
+  const int side = std::max(train_side, val_side);
+  const std::string side_key = val_side <= train_side ? train_side_key(p.transform, train_side)
+                               : p.transform.val_size > 0 ? "data.val_image_size" : "data.image_size";
   const size_t image_bytes = data::bytes_per_image(p.transform.format, side);
   const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
   const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist_env.local_world);
@@ -157,12 +181,12 @@ void check_resources(const Plan& p, PlanUse use) {
   const HostMemory host = read_host_memory();
   const double memory = host.total, allowed = memory / 2;
   if (memory > 0 && ring * rings > allowed) {
-    throw ConfigError(location_of(c, c.locations.count("data.prefetch_batches") ? "data.prefetch_batches" : "train.batch_size") +
+    throw ConfigError(location_of_first_set(c, {"data.prefetch_batches", side_key, "train.batch_size"}) +
                       ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
                       std::to_string(slots) + " slots = data.prefetch_batches " + std::to_string(p.train_loader.prefetch_batches) +
-                      " + 2, of train.batch_size " + std::to_string(p.train_loader.batch_size) + " x data.image_size " +
+                      " + 2, of train.batch_size " + std::to_string(p.train_loader.batch_size) + " x " + side_key + " " +
                       std::to_string(side) + " px = " + size_text(ring / slots) + " per batch), over half of this "
-                      "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or data.image_size");
+                      "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or " + side_key);
   }
   if (use == PlanUse::kTrain) check_step_memory(p, host, ring * rings);
 }
