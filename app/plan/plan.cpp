@@ -55,14 +55,10 @@ struct Problem {
   std::string key, message;  // message empty: none
 };
 
-// What keeps the pipeline flags or the precision from running on the plan's device, and the key at fault.
-Problem device_problem(const Plan& p, PlanUse use = PlanUse::kTrain) {
+// What keeps the pipeline flags from running on the plan's device, and the key at fault.
+Problem device_problem(const Plan& p) {
   if (const auto problem = pipeline::check_options(p.pipeline, p.device.is_cuda())) {
     return {p.pipeline.mode ? "pipeline.mode" : problem.key, problem.message};
-  }
-  if (use == PlanUse::kEval) return {};  // eval_on_the_cpu has settled the step's terms
-  if (!p.device.is_cuda() && p.train.cuda_graph == true) {
-    return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
   }
   return {};
 }
@@ -319,19 +315,51 @@ void fall_back_to_pageable(Plan& p) {
   pipeline::apply_preset(pipeline::preset_of(pipeline::Mode::kPageable), p.pipeline);
 }
 
-// On the CPU the step runs in fp32 (pinfeed's autocast is CUDA's): a config's bf16 or fp16 says so in one line, so
-// that a GPU recipe still runs there. eval also runs eagerly.
-void precision_on_the_cpu(Plan& p, PlanUse use) {
+// A key whose value only CUDA runs, and what the CPU runs instead (written into the plan's key field, so that
+// the run folder's config.toml records what ran).
+struct CpuFallback {
+  const char* key;
+  bool training_only;  // evaluation never uses it: it takes the CPU's value without a word
+  bool (*asked)(const Plan&);
+  void (*instead)(Plan&);
+  const char* running;  // what runs instead, after "training " or "evaluating "
+};
+
+const CpuFallback kCpuFallbacks[] = {
+    {"train.precision", false, [](const Plan& p) { return autocast_dtype(p.step.precision).has_value(); },
+     [](Plan& p) { p.step.precision = Precision::kFp32; }, "in fp32"},  // pinfeed's autocast is CUDA's
+    {"train.cuda_graph", true, [](const Plan& p) { return p.train.cuda_graph == true; },
+     [](Plan& p) { p.train.cuda_graph = false; }, "eagerly"},
+    {"model.fused_bn", true, [](const Plan& p) { return p.model.fused_bn == true; },
+     [](Plan& p) { p.model.fused_bn = false; }, "with ATen's BatchNorm"},
+    {"model.bn_graph", true,
+     [](const Plan& p) { return p.model.bn_graph.has_value() && *p.model.bn_graph != model::GraphBatchNorm::kNone; },
+     [](Plan& p) { p.model.bn_graph = model::GraphBatchNorm::kNone; }, "with ATen's BatchNorm"},
+    {"model.max_pool", true, [](const Plan& p) { return p.model.stem_max_pool == true; },
+     [](Plan& p) { p.model.stem_max_pool = false; }, "with ATen's max pool"},
+    {"model.pad_input", false, [](const Plan& p) { return p.model.pad_input == true; },
+     [](Plan& p) { p.model.pad_input = false; }, "on float32 RGB input"},
+    {"data.decoder", false, [](const Plan& p) { return p.dataset.decoder == Decoder::kNvjpeg; },
+     [](Plan& p) { p.dataset.decoder = Decoder::kCpu; }, "with the JPEGs decoded on the CPU"},
+};
+
+// On the CPU a GPU recipe still runs (a smoke run of it): what it asks that only CUDA runs gives way to the CPU's
+// equivalent, one line each, as the transfer flags give way to mode pageable. Where CUDA is there, the same
+// values that cannot run are refused (resolve_fused_bn and the others). Evaluating says it at info level.
+void fall_back_on_the_cpu(Plan& p, PlanUse use) {
   if (p.device.is_cuda()) return;
-  if (autocast_dtype(p.step.precision) && p.dist_env.rank == 0) {
-    const std::string doing = use == PlanUse::kEval ? "evaluating" : "training";
-    const std::string line = location_of(p, "train.precision") + ": train.precision = " + precision_text(p) +
-                             " needs a CUDA device (device is cpu): " + doing + " in fp32";
-    if (use == PlanUse::kEval) log::info(line);
-    else log::warn(line);
+  const bool eval = use == PlanUse::kEval;
+  for (const CpuFallback& f : kCpuFallbacks) {
+    if (!f.asked(p)) continue;
+    if (p.dist_env.rank == 0 && !(eval && f.training_only)) {
+      const std::string line = location_of(p, f.key) + ": " + f.key + " = " + value_text(p, f.key) +
+                               " needs a CUDA device (device is cpu): " + (eval ? "evaluating " : "training ") +
+                               f.running;
+      if (eval) log::info(line);
+      else log::warn(line);
+    }
+    f.instead(p);
   }
-  if (autocast_dtype(p.step.precision)) p.step.precision = Precision::kFp32;
-  if (use == PlanUse::kEval) p.step.cuda_graph = false;
 }
 
 }  // namespace
@@ -345,11 +373,11 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   static_cast<Config&>(p) = c;
   p.dist_env = dist;
   p.device = resolve_device(c, dist);
+  fall_back_to_pageable(p);
+  fall_back_on_the_cpu(p, use);
   resolve_step_switches(p);
   resolve_transfer_mode(p);
-  fall_back_to_pageable(p);
-  precision_on_the_cpu(p, use);
-  if (const Problem problem = device_problem(p, use); !problem.message.empty()) {
+  if (const Problem problem = device_problem(p); !problem.message.empty()) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
   // The device's current stream, named by its index: the same whether or not the device is the current one yet
@@ -358,8 +386,8 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
 
   // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
   // cross as uint8 whatever pipeline.transfer_dtype says. auto: nvjpeg where it can run (CUDA, built in).
-  const std::string nvjpeg_problem = may_decode_on_gpu(c) ? gpu::JpegDecoder::problem_on(p.device) : "not asked for";
-  if (c.dataset.decoder == Decoder::kNvjpeg && !nvjpeg_problem.empty()) {
+  const std::string nvjpeg_problem = may_decode_on_gpu(p) ? gpu::JpegDecoder::problem_on(p.device) : "not asked for";
+  if (p.dataset.decoder == Decoder::kNvjpeg && !nvjpeg_problem.empty()) {
     throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" " + nvjpeg_problem);
   }
   p.transform.gpu_decode = nvjpeg_problem.empty();
@@ -419,7 +447,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   if (dist.world > 1 && p.backend == Backend::kNccl && !p.device.is_cuda()) {
     throw ConfigError(location_of(c, "dist.backend") + ": dist.backend = \"nccl\" needs CUDA (device is cpu)");
   }
-  if (dist.world > 1 && c.train.cuda_graph == true) {
+  if (dist.world > 1 && p.train.cuda_graph == true) {
     // The captured step would have to capture NCCL's all-reduce too, and captured collectives escape the
     // watchdog that bounds a dead rank's wait: refused rather than half-supported.
     throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +
