@@ -287,6 +287,22 @@ TEST_F(Cli, ARecipesCudaOnlyKeysFallBackOnTheCpuWithOneWarningEach) {
   }
 }
 
+// pinfeed bench on a CPU runs the rows the CPU runs, one line naming the modes left out (here to the missing
+// dataset, exit 3); a mode that needs CUDA asked for by name stays an error naming it.
+TEST_F(Cli, BenchOnTheCpuLeavesOutTheModesThatNeedCudaUnlessOneIsAskedFor) {
+  const Outcome all = pinfeed({"bench", "-c", config_});
+  EXPECT_EQ(all.code, 3) << all.output;
+  EXPECT_NE(all.output.find("bench on cpu: modes pinned, non_blocking, pinned_non_blocking, dual_stream left out, "
+                            "they need a CUDA device"),
+            std::string::npos)
+      << all.output;
+  const Outcome pinned = pinfeed({"bench", "-c", config_, "--modes", "pageable,pinned"});
+  EXPECT_EQ(pinned.code, 2) << pinned.output;
+  EXPECT_NE(pinned.output.find("error: --modes: mode 'pinned': pipeline.pin_memory = true needs a CUDA device"),
+            std::string::npos)
+      << pinned.output;
+}
+
 TEST_F(Cli, ValueOfTheWrongTypeSaysWhatTheKeyTakes) {
   const Outcome r = train_with("train.lr=abc");
   EXPECT_EQ(r.code, 2) << r.output;
