@@ -272,6 +272,40 @@ TEST_F(Cli, AHalfPrecisionRecipeTrainsInFp32OnTheCpuSayingSo) {
       << r.output;
 }
 
+// A GPU recipe's smoke run on a CPU: each key only CUDA runs gives way with one warning, then the run goes on (here
+// to the missing dataset, exit 3).
+TEST_F(Cli, ARecipesCudaOnlyKeysFallBackOnTheCpuWithOneWarningEach) {
+  const Outcome r = pinfeed({"train", "-c", config_, "train.cuda_graph=true", "model.fused_bn=on", "data.decoder=nvjpeg"});
+  EXPECT_EQ(r.code, 3) << r.output;
+  for (const std::string line :
+       {"warning: override 'train.cuda_graph=true':1:18: train.cuda_graph = true needs a CUDA device (device is cpu): "
+        "training eagerly",
+        "warning: override 'model.fused_bn=on':1:16: model.fused_bn = \"on\" needs a CUDA device (device is cpu): "
+        "training with ATen's BatchNorm",
+        "warning: override 'data.decoder=nvjpeg':1:14: data.decoder = \"nvjpeg\" needs a CUDA device (device is cpu): "
+        "training with the JPEGs decoded on the CPU"}) {
+    const size_t at = r.output.find(line);
+    EXPECT_NE(at, std::string::npos) << line << " in\n" << r.output;
+    EXPECT_EQ(r.output.find(line, at + 1), std::string::npos) << "once: " << line << " in\n" << r.output;
+  }
+}
+
+// pinfeed bench on a CPU runs the rows the CPU runs, one line naming the modes left out (here to the missing
+// dataset, exit 3); a mode that needs CUDA asked for by name stays an error naming it.
+TEST_F(Cli, BenchOnTheCpuLeavesOutTheModesThatNeedCudaUnlessOneIsAskedFor) {
+  const Outcome all = pinfeed({"bench", "-c", config_});
+  EXPECT_EQ(all.code, 3) << all.output;
+  EXPECT_NE(all.output.find("bench on cpu: modes pinned, non_blocking, pinned_non_blocking, dual_stream left out, "
+                            "they need a CUDA device"),
+            std::string::npos)
+      << all.output;
+  const Outcome pinned = pinfeed({"bench", "-c", config_, "--modes", "pageable,pinned"});
+  EXPECT_EQ(pinned.code, 2) << pinned.output;
+  EXPECT_NE(pinned.output.find("error: --modes: mode 'pinned': pipeline.pin_memory = true needs a CUDA device"),
+            std::string::npos)
+      << pinned.output;
+}
+
 TEST_F(Cli, ValueOfTheWrongTypeSaysWhatTheKeyTakes) {
   const Outcome r = train_with("train.lr=abc");
   EXPECT_EQ(r.code, 2) << r.output;

@@ -423,5 +423,61 @@ TEST(Config, BadAugmentationValuesSayWhatIsAllowedInOneLine) {
             std::string::npos);
 }
 
+// 0 would make LAMB divide 0 by 0 where a gradient is 0, and LARS's trust ratio 0 for every weight it scales.
+TEST(Config, LambEpsAndLarsEtaOfZeroAreRefusedNamingTheKey) {
+  const auto eps = error_of(kBase, {"train.optimizer=lamb", "train.lamb_eps=0"});
+  EXPECT_EQ(eps.rfind("override 'train.lamb_eps=0':1:16: train.lamb_eps must be in (0, 1], got 0", 0), 0u) << eps;
+  const auto eta = error_of(kBase, {"train.optimizer=lars", "train.lars_eta=0"});
+  EXPECT_EQ(eta.rfind("override 'train.lars_eta=0':1:16: train.lars_eta must be in (0, 1], got 0", 0), 0u) << eta;
+  const Config small = parse_config_string(kBase, "cfg.toml", {"train.lamb_eps=1e-12", "train.lars_eta=1"});
+  EXPECT_DOUBLE_EQ(small.step.optimizer.lamb.eps, 1e-12);
+  EXPECT_DOUBLE_EQ(small.step.optimizer.lars.eta, 1.0);
+}
+
+TEST(Config, AWarmUpPastTheRunIsRefusedNamingBothKeysAndWhereEachWasSet) {
+  const std::string file = std::string(kBase) + "[train]\nwarmup_epochs = 4\n";
+  for (const std::string shape : {"cosine", "poly"}) {
+    const auto e = error_of(file, {"train.lr_schedule=" + shape, "train.epochs=3"});
+    EXPECT_EQ(e.rfind("cfg.toml:4:17: train.warmup_epochs = 4 is past train.epochs = 3 (set at override "
+                      "'train.epochs=3':1:14): train.lr_schedule = \"" + shape + "\"", 0), 0u) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    // As long as the run: it warms up throughout and ends at train.lr.
+    EXPECT_NO_THROW(parse_config_string(file, "cfg.toml", {"train.lr_schedule=" + shape, "train.epochs=4"})) << shape;
+  }
+  const auto triangle = error_of(file, {"train.lr_schedule=triangular", "train.epochs=4"});
+  EXPECT_EQ(triangle.rfind("cfg.toml:4:17: train.warmup_epochs = 4 is not before train.epochs = 4 (set at override "
+                           "'train.epochs=4':1:14): train.lr_schedule = \"triangular\" peaks", 0), 0u) << triangle;
+}
+
+TEST(Config, AFloorAboveThePeakRateIsRefusedNamingBothKeysAndWhereEachWasSet) {
+  const std::string file = std::string(kBase) + "[train]\nmin_lr = 0.2\n";
+  const auto e = error_of(file, {"train.lr=0.1"});
+  EXPECT_EQ(e.rfind("cfg.toml:4:10: train.min_lr = 0.2 is above train.lr = 0.1 (set at override 'train.lr=0.1':1:10)", 0), 0u)
+      << e;
+  const auto by_default = error_of(file);
+  EXPECT_NE(by_default.find("is above train.lr = 0.1 (its default)"), std::string::npos) << by_default;
+  EXPECT_NO_THROW(parse_config_string(file, "cfg.toml", {"train.lr=0.2"}));  // a constant rate
+}
+
+// Located where the user set the key at fault, never at the file's 1:1 for a key left at its default.
+TEST(Config, ASideScheduleErrorIsLocatedAtTheKeyTheUserSet) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"data.image_size_max=64"},
+       "override 'data.image_size_max=64':1:21: data.image_size_max (the data.image_size schedule): the ramp needs both"},
+      {{"data.image_size_min=64"}, "override 'data.image_size_min=64':1:21: data.image_size_min (the"},
+      {{"data.image_size_min=64", "data.image_size_by_epoch=\"64*2\""},
+       "override 'data.image_size_by_epoch=\"64*2\"':1:26: data.image_size_by_epoch (the"},
+      {{"data.image_size_min=128", "data.image_size_max=64"}, "override 'data.image_size_min=128':1:21: data.image_size_min (the"},
+      {{"data.image_size_min=64", "data.image_size_max=128", "data.ramp_start=3"},
+       "override 'data.ramp_start=3':1:17: data.ramp_start (the"},
+  };
+  for (const auto& [overrides, message] : cases) {
+    const auto e = error_of(kBase, overrides);
+    EXPECT_EQ(e.rfind(message, 0), 0u) << e;
+  }
+  const auto file = error_of(std::string(kBase) + "image_size_max = 64\n");
+  EXPECT_EQ(file.rfind("cfg.toml:3:18: data.image_size_max (the", 0), 0u) << file;
+}
+
 }  // namespace
 }  // namespace pinfeed::app

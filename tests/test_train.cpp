@@ -192,6 +192,27 @@ TEST(Train, ResumeRefusesAnotherOptimizerNamingBoth) {
   EXPECT_NE(error.find("trained with train.optimizer = \"sgd\", this run has \"lamb\""), std::string::npos) << error;
 }
 
+// A name the network has not is said as that, before the optimizer state that cannot have an entry for it, whether
+// the run resumes from the checkpoint or starts from its weights (as a state dict's is).
+TEST(Train, ACheckpointWithAWeightTheModelHasNotIsRefusedNamingIt) {
+  StopRequest stop;
+  const std::string root = test::make_dataset("train_extra_weight", 2, 8, 1, 32);
+  const std::string runs = test::fresh_dir("train_extra_weight_runs");
+  const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
+  const std::string last = (fs::path(first.run_dir) / "last.pt").string();
+  Checkpoint ck = load_checkpoint(last);
+  ASSERT_FALSE(ck.optimizer.empty());  // momentum buffers, none for the extra weight
+  ck.model["extra.weight"] = at::zeros({3});
+  save_checkpoint(last, ck);
+  const std::string resumed = resume_error(tiny_config(root, runs, 2));
+  EXPECT_NE(resumed.find("not the weights of this ResNet-50: it has extra.weight, which the model has not"),
+            std::string::npos) << resumed;
+  Config init = tiny_config(root, test::fresh_dir("train_extra_weight_init"), 1);
+  apply_override(init, "train.init_from=\"" + last + "\"");
+  const std::string started = test::message_of<ConfigError>([&] { train(resolve_plan(init), {}, stop); });
+  EXPECT_NE(started.find("it has extra.weight, which the model has not"), std::string::npos) << started;
+}
+
 TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
   StopRequest stop;
   const std::string root = test::make_dataset("train_bad_tsv", 2, 8, 1, 32);

@@ -14,6 +14,8 @@ namespace {
 
 using data::printable;
 
+constexpr const char* kOverride = "override '";  // how an override's location starts: override 'k=v':1:N
+
 // "unknown key 'x'" with the key most likely meant: the same key name in its right section (epochs, data.lr),
 // else the nearest key by edit distance (train.learning_rte).
 std::string unknown_key(const std::string& name) {
@@ -157,6 +159,50 @@ void apply_mode(Config& c) {
   pipeline::apply_preset(preset, c.pipeline);
 }
 
+// "train.epochs = 3 (set at cfg.toml:5:10)", or "(its default)": a second key that a cross-key error names beside
+// the one it is located at.
+std::string also_at(const Config& c, const std::string& key) {
+  const std::string where = c.locations.count(key) ? "set at " + location_of(c, key) : "its default";
+  return key + " = " + value_text(c, key) + " (" + where + ")";
+}
+
+// The learning-rate schedule's keys together: a warm-up past the run, or a floor above the peak, would quietly
+// give another shape than the one named. A warm-up as long as the run passes for cosine and poly (it warms up
+// throughout and ends at train.lr: a recipe shortened to probe it, quickstart's 1 epoch with train.epochs=1).
+// Each error is located at the warm-up or the floor and names the other key with where it was set.
+void check_lr_schedule(const Config& c) {
+  const LrSchedule& s = c.schedule;
+  const std::string epochs = also_at(c, "train.epochs");
+  const std::string warmup = "train.warmup_epochs = " + value_text(c, "train.warmup_epochs");
+  const std::string shape = "train.lr_schedule = " + value_text(c, "train.lr_schedule");
+  if (s.shape == LrShape::kTriangular && !(s.warmup_epochs < static_cast<double>(s.epochs))) {
+    throw ConfigError(location_of(c, "train.warmup_epochs") + ": " + warmup + " is not before " + epochs + ": " +
+                      shape + " peaks at epoch train.warmup_epochs, which must come before the end; lower "
+                      "train.warmup_epochs or raise train.epochs");
+  }
+  if (s.warmup_epochs > static_cast<double>(s.epochs)) {
+    throw ConfigError(location_of(c, "train.warmup_epochs") + ": " + warmup + " is past " + epochs + ": " + shape +
+                      " would end inside its warm-up, below train.lr; lower train.warmup_epochs (to train.epochs "
+                      "at most) or raise train.epochs");
+  }
+  if (s.min_lr > s.lr) {
+    throw ConfigError(location_of(c, "train.min_lr") + ": train.min_lr = " + value_text(c, "train.min_lr") +
+                      " is above " + also_at(c, "train.lr") + ": the rate would rise after its peak; set train.min_lr "
+                      "to train.lr at most");
+  }
+}
+
+// The key a data.image_size schedule's problem (SideSchedule::problem) is located at: one the user set. The list
+// when it is set (alone, or beside a ramp); a ramp's side that was given without the other; the smallest side
+// over the largest; else the ramp's start after its end.
+std::string side_schedule_key(const Config& c) {
+  const data::SideSchedule& s = c.transform.schedule;
+  if (!s.by_epoch.empty()) return "data.image_size_by_epoch";
+  if ((s.min > 0) != (s.max > 0)) return s.min > 0 ? "data.image_size_min" : "data.image_size_max";
+  if (s.min > s.max) return "data.image_size_min";
+  return c.locations.count("data.ramp_start") ? "data.ramp_start" : "data.ramp_end";
+}
+
 // The checks that span several keys and need no device (resolve_plan has the others).
 void check_config(const Config& c) {
   if (c.dataset.root.empty()) {
@@ -166,14 +212,10 @@ void check_config(const Config& c) {
   if (c.transform.scale_min > c.transform.scale_max) {
     throw ConfigError(location_of(c, "data.scale_min") + ": data.scale_min must not exceed data.scale_max");
   }
-  if (c.schedule.shape == LrShape::kTriangular && !(c.schedule.warmup_epochs < static_cast<double>(c.schedule.epochs))) {
-    throw ConfigError(location_of(c, "train.warmup_epochs") + ": train.lr_schedule = \"triangular\" peaks at epoch "
-                      "train.warmup_epochs, which must come before train.epochs");
-  }
+  check_lr_schedule(c);
   if (const std::string problem = c.transform.schedule.problem(); !problem.empty()) {
-    const bool list = !c.transform.schedule.by_epoch.empty() && !c.transform.schedule.ramp();
-    throw ConfigError(location_of(c, list ? "data.image_size_by_epoch" : "data.image_size_min") +
-                      ": data.image_size schedule: " + problem);
+    const std::string key = side_schedule_key(c);
+    throw ConfigError(location_of(c, key) + ": " + key + " (the data.image_size schedule): " + problem);
   }
   // The transfer flags' combination now; what the device allows once it is resolved (resolve_plan).
   if (const auto problem = pipeline::check_options(c.pipeline, /*device_is_cuda=*/true)) {
@@ -188,8 +230,26 @@ std::string location_of(const Config& c, const std::string& key) {
   return it != c.locations.end() ? it->second : c.source + ":1:1";
 }
 
+bool set_by_override(const Config& c, const std::string& key) {
+  const auto it = c.locations.find(key);
+  return it != c.locations.end() && it->second.rfind(kOverride, 0) == 0;
+}
+
+std::string value_text(const Config& c, const std::string& key) {
+  const Key* k = find_key(key);
+  if (!k) return "?";
+  std::ostringstream out;
+  std::visit([&](const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::string>) out << '"' << printable(v) << '"';
+    else if constexpr (std::is_same_v<T, bool>) out << (v ? "true" : "false");
+    else out << v;
+  }, k->get(c));
+  return out.str();
+}
+
 void apply_override(Config& c, const std::string& assignment) {
-  const std::string source = "override '" + printable(assignment) + "'";
+  const std::string source = kOverride + printable(assignment) + "'";
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw ConfigError(source + ":1:1: expected section.key=value");

@@ -126,6 +126,10 @@ Config parse_config_string(const std::string& text, const std::string& source_na
 void apply_override(Config& config, const std::string& assignment);
 // "file:line:col" where `key` was set, else the config file itself (for errors about a default value).
 std::string location_of(const Config& config, const std::string& key);
+// Whether `key` was set by an override (apply_override) rather than by the config file or its default.
+bool set_by_override(const Config& config, const std::string& key);
+// A key's value as a config file writes it, for messages: "fp16" (quoted), true, 0.1.
+std::string value_text(const Config& config, const std::string& key);
 
 std::string to_toml(const Config& config);  // every key's value, as a config file that reads back the same
 

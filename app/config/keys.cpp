@@ -44,6 +44,15 @@ Check<double> in_range(double lo, double hi, bool hi_open = false) {
   };
 }
 
+// (lo, hi]: for a factor or a divisor where lo itself would stop the key doing anything.
+Check<double> above_up_to(double lo, double hi) {
+  return [=](const double& v) {
+    std::ostringstream s;
+    if (v <= lo || v > hi) s << "must be in (" << lo << ", " << hi << "], got " << v;
+    return s.str();
+  };
+}
+
 std::string check_device(const std::string& v) {
   static const std::regex re("auto|cpu|cuda(:[0-9]+)?");
   return std::regex_match(v, re) ? "" : "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + printable(v) + "\"";
@@ -260,7 +269,8 @@ const std::vector<Key>& keys() {
           "weight decay: L2 in SGD and LARS (within LARS's trust ratio), LAMB's added to its update"),
       key("train.decay_bn_and_bias", PINFEED_FIELD(step.decay_bn_and_bias),
           "false: no weight decay on BN parameters and biases (nor, in LAMB, a trust ratio, as timm's groups)"),
-      key("train.lars_eta", PINFEED_FIELD(step.optimizer.lars.eta), in_range(0, 1),
+      // eta 0: every trust ratio 0, no conv or fc weight ever moves.
+      key("train.lars_eta", PINFEED_FIELD(step.optimizer.lars.eta), above_up_to(0, 1),
           "lars: trust coefficient of eta x ||w|| / (||g|| + weight_decay x ||w|| + lars_eps)"),
       key("train.lars_eps", PINFEED_FIELD(step.optimizer.lars.eps), in_range(0, 1),
           "lars: added to the trust ratio's denominator (NVIDIA's MLPerf runs: 0)"),
@@ -268,7 +278,8 @@ const std::vector<Key>& keys() {
           "lamb: decay of the gradient's moving average"),
       key("train.lamb_beta2", PINFEED_FIELD(step.optimizer.lamb.beta2), in_range(0, 1, /*hi_open=*/true),
           "lamb: decay of the squared gradient's moving average"),
-      key("train.lamb_eps", PINFEED_FIELD(step.optimizer.lamb.eps), in_range(0, 1),
+      // eps 0: 0 / 0 = NaN wherever a gradient and its moments are 0, from the first step.
+      key("train.lamb_eps", PINFEED_FIELD(step.optimizer.lamb.eps), above_up_to(0, 1),
           "lamb: added to the root of the squared average"),
       key("train.lamb_max_grad_norm", PINFEED_FIELD(step.optimizer.lamb.max_grad_norm), in_range(0, 1e6),
           "lamb: gradients divided by max(1, global norm / this) first; 0 = no clipping"),

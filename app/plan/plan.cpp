@@ -56,14 +56,10 @@ struct Problem {
   std::string key, message;  // message empty: none
 };
 
-// What keeps the pipeline flags or the precision from running on the plan's device, and the key at fault.
-Problem device_problem(const Plan& p, PlanUse use = PlanUse::kTrain) {
+// What keeps the pipeline flags from running on the plan's device, and the key at fault.
+Problem device_problem(const Plan& p) {
   if (const auto problem = pipeline::check_options(p.pipeline, p.device.is_cuda())) {
     return {p.pipeline.mode ? "pipeline.mode" : problem.key, problem.message};
-  }
-  if (use == PlanUse::kEval) return {};  // eval_on_the_cpu has settled the step's terms
-  if (!p.device.is_cuda() && p.train.cuda_graph == true) {
-    return {"train.cuda_graph", "train.cuda_graph = true needs a CUDA device (device is cpu)"};
   }
   return {};
 }
@@ -73,6 +69,25 @@ std::string size_text(double bytes) {  // "1.5 GiB", "147 MiB"
   if (bytes >= (1 << 30)) std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1 << 30));
   else std::snprintf(s, sizeof s, "%.0f MiB", bytes / (1 << 20));
   return s;
+}
+
+// The key that set a training side: data.image_size, or the schedule's key that gives it.
+std::string train_side_key(const data::TransformOptions& t, int side) {
+  const data::SideSchedule& s = t.schedule;
+  if (!s.by_epoch.empty()) return "data.image_size_by_epoch";
+  if (s.ramp()) return side == s.min ? "data.image_size_min" : "data.image_size_max";
+  return "data.image_size";
+}
+
+// Where an error about a product of keys is located: at one the user set, an override before the config file (the
+// value just typed is likelier what broke the fit than the recipe that ran before), else in `keys`' order.
+std::string location_of_first_set(const Config& c, const std::vector<std::string>& keys) {
+  for (const bool override : {true, false}) {
+    for (const std::string& key : keys) {
+      if (c.locations.count(key) && set_by_override(c, key) == override) return location_of(c, key);
+    }
+  }
+  return location_of(c, keys.front());
 }
 
 // What one training step keeps (memory.h: the activations for backward, the model and its optimizer state)
@@ -101,20 +116,22 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
     for (size_t i = 0; i < sides.size(); ++i) sizes_text += (i ? ", " : "") + std::to_string(sides[i]);
     sizes_text += " px: one CUDA graph each)";
   }
+  const std::string side_key = train_side_key(p.transform, static_cast<int>(size));
+  const std::string at = location_of_first_set(c, {side_key, "train.batch_size"});
   const std::string what = "activations " + size_text(activations) + " for train.batch_size " + std::to_string(batch) +
-                           " x data.image_size " + sizes_text + " in " + (half ? "16" : "32") +
+                           " x " + side_key + " " + sizes_text + " in " + (half ? "16" : "32") +
                            "-bit, model and optimizer state " + size_text(state);
-  const std::string lower = ": lower train.batch_size or data.image_size";
+  const std::string lower = ": lower train.batch_size or " + side_key;
   if (p.device.is_cuda()) {
     // float32 is what the model sees whatever pipeline.transfer_dtype carries.
     const double input = static_cast<double>(batch) * 3 * size * size * 4;
     const double need = activations + state + input;
     const auto info = gpu::device_info(p.device.index());
     if (info.total_memory > 0 && need > static_cast<double>(info.total_memory)) {
-      throw ConfigError(location_of(c, "train.batch_size") + ": a training step needs ~" + size_text(need) + " (" + what +
-                        ", one input batch " + size_text(input) + "), more than the " +
-                        size_text(static_cast<double>(info.total_memory)) + " of " + p.device.str() + " (" + info.name +
-                        ")" + lower + (half ? "" : ", or set train.precision = \"bf16\""));
+      throw ConfigError(at + ": a training step needs ~" + size_text(need) + " (" + what + ", one input batch " +
+                        size_text(input) + "), more than the " + size_text(static_cast<double>(info.total_memory)) +
+                        " of " + p.device.str() + " (" + info.name + ")" + lower +
+                        (half ? "" : ", or set train.precision = \"bf16\""));
     }
     return;
   }
@@ -122,7 +139,7 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
   const double need = ranks * (activations + state) + rings_bytes;
   if (host.available > 0 && need > host.available) {
     const std::string limit = host.cgroup_limit > 0 ? ": cgroup limit " + size_text(host.cgroup_limit) : ": no cgroup limit";
-    throw ConfigError(location_of(c, "train.batch_size") + ": a training step needs ~" + size_text(need) + " (" +
+    throw ConfigError(at + ": a training step needs ~" + size_text(need) + " (" +
                       (ranks > 1 ? std::to_string(ranks) + " ranks on this host, each: " : "") + what +
                       "; host batch rings " + size_text(rings_bytes) + "), this process may use " +
                       size_text(host.available) + " (" + size_text(host.total) + " in all" + limit + ")" + lower +
@@ -147,19 +164,22 @@ void check_resources(const Plan& p, PlanUse use) {
   // Every rank on this host holds a training ring and, with train.eval, a validation ring, at the same time.
   const int slots = pipeline::ring_slots(p.train_loader.prefetch_batches);
   // Both rings counted at the larger of training's largest side and validation's: a bound from above.
-  const int side = std::max(data::largest_side(p.transform, /*train=*/true), data::side_of(p.transform, false, 0));
+  const int train_side = data::largest_side(p.transform, /*train=*/true), val_side = data::side_of(p.transform, false, 0);
+  const int side = std::max(train_side, val_side);
+  const std::string side_key = val_side <= train_side ? train_side_key(p.transform, train_side)
+                               : p.transform.val_size > 0 ? "data.val_image_size" : "data.image_size";
   const size_t image_bytes = data::bytes_per_image(p.transform.format, side);
   const double ring = static_cast<double>(pipeline::ring_bytes(slots, p.train_loader.batch_size, image_bytes));
   const int rings = (c.train.eval ? 2 : 1) * std::max(1, p.dist_env.local_world);
   const HostMemory host = read_host_memory();
   const double memory = host.total;
   if (!pipeline::host_rings_fit(ring * rings, memory)) {
-    throw ConfigError(location_of(c, c.locations.count("data.prefetch_batches") ? "data.prefetch_batches" : "train.batch_size") +
+    throw ConfigError(location_of_first_set(c, {"data.prefetch_batches", side_key, "train.batch_size"}) +
                       ": the host batch rings need " + size_text(ring * rings) + " (" + std::to_string(rings) + " ring(s) of " +
                       std::to_string(slots) + " slots = data.prefetch_batches " + std::to_string(p.train_loader.prefetch_batches) +
-                      " + 2, of train.batch_size " + std::to_string(p.train_loader.batch_size) + " x data.image_size " +
+                      " + 2, of train.batch_size " + std::to_string(p.train_loader.batch_size) + " x " + side_key + " " +
                       std::to_string(side) + " px = " + size_text(ring / slots) + " per batch), over half of this "
-                      "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or data.image_size");
+                      "machine's " + size_text(memory) + " of memory: lower data.prefetch_batches, train.batch_size or " + side_key);
   }
   if (use == PlanUse::kTrain) check_step_memory(p, host, ring * rings);
 }
@@ -292,19 +312,51 @@ void fall_back_to_pageable(Plan& p) {
   pipeline::apply_preset(pipeline::preset_of(pipeline::Mode::kPageable), p.pipeline);
 }
 
-// On the CPU the step runs in fp32 (pinfeed's autocast is CUDA's): a config's bf16 or fp16 says so in one line, so
-// that a GPU recipe still runs there. eval also runs eagerly.
-void precision_on_the_cpu(Plan& p, PlanUse use) {
+// A key whose value only CUDA runs, and what the CPU runs instead (written into the plan's key field, so that
+// the run folder's config.toml records what ran).
+struct CpuFallback {
+  const char* key;
+  bool training_only;  // evaluation never uses it: it takes the CPU's value without a word
+  bool (*asked)(const Plan&);
+  void (*instead)(Plan&);
+  const char* running;  // what runs instead, after "training " or "evaluating "
+};
+
+const CpuFallback kCpuFallbacks[] = {
+    {"train.precision", false, [](const Plan& p) { return autocast_dtype(p.step.precision).has_value(); },
+     [](Plan& p) { p.step.precision = Precision::kFp32; }, "in fp32"},  // pinfeed's autocast is CUDA's
+    {"train.cuda_graph", true, [](const Plan& p) { return p.train.cuda_graph == true; },
+     [](Plan& p) { p.train.cuda_graph = false; }, "eagerly"},
+    {"model.fused_bn", true, [](const Plan& p) { return p.model.fused_bn == true; },
+     [](Plan& p) { p.model.fused_bn = false; }, "with ATen's BatchNorm"},
+    {"model.bn_graph", true,
+     [](const Plan& p) { return p.model.bn_graph.has_value() && *p.model.bn_graph != model::GraphBatchNorm::kNone; },
+     [](Plan& p) { p.model.bn_graph = model::GraphBatchNorm::kNone; }, "with ATen's BatchNorm"},
+    {"model.max_pool", true, [](const Plan& p) { return p.model.stem_max_pool == true; },
+     [](Plan& p) { p.model.stem_max_pool = false; }, "with ATen's max pool"},
+    {"model.pad_input", false, [](const Plan& p) { return p.model.pad_input == true; },
+     [](Plan& p) { p.model.pad_input = false; }, "on float32 RGB input"},
+    {"data.decoder", false, [](const Plan& p) { return p.dataset.decoder == Decoder::kNvjpeg; },
+     [](Plan& p) { p.dataset.decoder = Decoder::kCpu; }, "with the JPEGs decoded on the CPU"},
+};
+
+// On the CPU a GPU recipe still runs (a smoke run of it): what it asks that only CUDA runs gives way to the CPU's
+// equivalent, one line each, as the transfer flags give way to mode pageable. Where CUDA is there, the same
+// values that cannot run are refused (resolve_fused_bn and the others). Evaluating says it at info level.
+void fall_back_on_the_cpu(Plan& p, PlanUse use) {
   if (p.device.is_cuda()) return;
-  if (autocast_dtype(p.step.precision) && p.dist_env.rank == 0) {
-    const std::string doing = use == PlanUse::kEval ? "evaluating" : "training";
-    const std::string line = location_of(p, "train.precision") + ": train.precision = " + precision_text(p) +
-                             " needs a CUDA device (device is cpu): " + doing + " in fp32";
-    if (use == PlanUse::kEval) log::info(line);
-    else log::warn(line);
+  const bool eval = use == PlanUse::kEval;
+  for (const CpuFallback& f : kCpuFallbacks) {
+    if (!f.asked(p)) continue;
+    if (p.dist_env.rank == 0 && !(eval && f.training_only)) {
+      const std::string line = location_of(p, f.key) + ": " + f.key + " = " + value_text(p, f.key) +
+                               " needs a CUDA device (device is cpu): " + (eval ? "evaluating " : "training ") +
+                               f.running;
+      if (eval) log::info(line);
+      else log::warn(line);
+    }
+    f.instead(p);
   }
-  if (autocast_dtype(p.step.precision)) p.step.precision = Precision::kFp32;
-  if (use == PlanUse::kEval) p.step.cuda_graph = false;
 }
 
 }  // namespace
@@ -318,11 +370,11 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   static_cast<Config&>(p) = c;
   p.dist_env = dist;
   p.device = resolve_device(c, dist);
+  fall_back_to_pageable(p);
+  fall_back_on_the_cpu(p, use);
   resolve_step_switches(p);
   resolve_transfer_mode(p);
-  fall_back_to_pageable(p);
-  precision_on_the_cpu(p, use);
-  if (const Problem problem = device_problem(p, use); !problem.message.empty()) {
+  if (const Problem problem = device_problem(p); !problem.message.empty()) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
   // The device's current stream, named by its index: the same whether or not the device is the current one yet
@@ -331,8 +383,8 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
 
   // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
   // cross as uint8 whatever pipeline.transfer_dtype says. auto: nvjpeg where it can run (CUDA, built in).
-  const std::string nvjpeg_problem = may_decode_on_gpu(c) ? gpu::JpegDecoder::problem_on(p.device) : "not asked for";
-  if (c.dataset.decoder == Decoder::kNvjpeg && !nvjpeg_problem.empty()) {
+  const std::string nvjpeg_problem = may_decode_on_gpu(p) ? gpu::JpegDecoder::problem_on(p.device) : "not asked for";
+  if (p.dataset.decoder == Decoder::kNvjpeg && !nvjpeg_problem.empty()) {
     throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" " + nvjpeg_problem);
   }
   p.transform.gpu_decode = nvjpeg_problem.empty();
@@ -392,7 +444,7 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   if (dist.world > 1 && p.backend == Backend::kNccl && !p.device.is_cuda()) {
     throw ConfigError(location_of(c, "dist.backend") + ": dist.backend = \"nccl\" needs CUDA (device is cpu)");
   }
-  if (dist.world > 1 && c.train.cuda_graph == true) {
+  if (dist.world > 1 && p.train.cuda_graph == true) {
     // The captured step would have to capture NCCL's all-reduce too, and captured collectives escape the
     // watchdog that bounds a dead rank's wait: refused rather than half-supported.
     throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +

@@ -21,9 +21,10 @@ namespace pinfeed::app {
 // and the feeder's shape, checked together against this machine. The Config part holds the keys as they were
 // written (to_toml(plan) writes them back; location_of(plan, key) names where): resolve_plan writes only fields
 // no key writes, but for pipeline.transfer_dtype under the GPU decoder or data.auto_augment (uint8) and the three
-// transfer flags under pipeline.mode = "auto" on CUDA (dual_stream's), the transfer flags that need CUDA on the CPU
-// (pageable's), and under PlanUse::kEval train.precision on the CPU (fp32). Resolving changes no process state:
-// start.h sets what a plan asks of the process.
+// transfer flags under pipeline.mode = "auto" on CUDA (dual_stream's), and on the CPU the keys whose values need
+// CUDA: the transfer flags (pageable's), train.precision (fp32), train.cuda_graph (false), model.fused_bn,
+// model.bn_graph, model.max_pool and model.pad_input (ATen's ops, float32 RGB input) and data.decoder (cpu).
+// Resolving changes no process state: start.h sets what a plan asks of the process.
 struct Plan : Config {
   c10::Device device{c10::kCPU};
   std::optional<c10::Stream> compute_stream;  // CUDA: the stream the model runs on; nullopt on the CPU
@@ -34,14 +35,16 @@ struct Plan : Config {
 };
 
 // What the plan is for. Evaluating (pinfeed eval) runs the model forward only: what only a training step needs
-// is neither refused nor checked there (train.precision's autocast and train.cuda_graph on the CPU become fp32 and
-// eager, one line says so; a training step's memory is not estimated).
+// is neither refused nor checked there (on the CPU train.precision's autocast becomes fp32, one line says so, and
+// the training step's CUDA kernels and graph their eager equivalents without a word; a training step's memory is
+// not estimated).
 enum class PlanUse { kTrain, kEval };
 
 // Resolves and checks; throws ConfigError naming the key (file:line:col) at fault. `dist` is where this
-// process sits (dist_env_from_environment()); the default is a single process. On the CPU the transfer flags that
-// need CUDA (a preset's or written ones) fall back to mode pageable with one warning, as a pinned ring over its
-// budget does: there is no transfer to overlap.
+// process sits (dist_env_from_environment()); the default is a single process. On the CPU what needs CUDA falls
+// back with one warning each, so that a GPU recipe still runs there: the transfer flags (a preset's or written
+// ones) to mode pageable, as a pinned ring over its budget does (there is no transfer to overlap); half precision
+// to fp32, a CUDA graph to the eager step, pinfeed's CUDA kernels to ATen's, nvJPEG to the CPU decoder.
 Plan resolve_plan(const Config& config, const DistEnv& dist = {}, PlanUse use = PlanUse::kTrain);
 // The same plan in another transfer mode, checked again for its device.
 Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset);

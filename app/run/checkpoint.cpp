@@ -78,38 +78,31 @@ void check_position(const Checkpoint& c, const std::string& path) {
   }
 }
 
-// The optimizer's state: per-parameter tensors named "<parameter>" (momentum) or "<kind>/<parameter>" (LAMB's
-// exp_avg, exp_avg_sq), each of its parameter's shape, every parameter (the model's *.weight and *.bias entries)
-// having one of each kind present; and one-element scalars by their own name (LAMB's step).
+bool is_scalar_state(const std::string& key) { return key == "step"; }  // LAMB's step: one element, no parameter
+
+// The kind of a per-parameter optimizer entry: "" for "<parameter>" (momentum), "exp_avg" for "exp_avg/<parameter>".
+std::string state_kind(const std::string& key) {
+  const size_t slash = key.find('/');
+  return slash == std::string::npos ? "" : key.substr(0, slash);
+}
+
+// The optimizer's state entry by entry: per-parameter tensors named "<parameter>" (momentum) or "<kind>/<parameter>"
+// (LAMB's exp_avg, exp_avg_sq), each of its parameter's shape; and one-element scalars by their own name (LAMB's
+// step). Whether every parameter has its entries is check_optimizer_covers_model's, once the model's names are
+// known to be the network's.
 void check_optimizer_state(const Checkpoint& c, const std::string& path) {
-  if (c.optimizer.empty()) return;  // a step never taken: the optimizer starts its state at the first step
-  static const std::set<std::string> kScalars = {"step"};
-  std::set<std::string> kinds;
   for (const auto& [key, t] : c.optimizer) {
-    if (kScalars.count(key)) {
+    if (is_scalar_state(key)) {
       if (t.numel() != 1) damaged(path, "optimizer." + key + " has " + std::to_string(t.numel()) + " elements, expected 1");
       continue;
     }
-    const size_t slash = key.find('/');
-    const std::string kind = slash == std::string::npos ? "" : key.substr(0, slash);
-    const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
+    const std::string kind = state_kind(key);
+    const std::string name = kind.empty() ? key : key.substr(kind.size() + 1);
     const auto it = c.model.find(name);
     if (it == c.model.end()) damaged(path, "optimizer." + key + " belongs to no parameter of the model");
     if (t.sizes() != it->second.sizes()) {
       damaged(path, "optimizer." + key + " has shape " + c10::str(t.sizes()) + ", its parameter " +
                         c10::str(it->second.sizes()));
-    }
-    kinds.insert(kind);
-  }
-  for (const auto& [name, weight] : c.model) {
-    const auto ends_with = [&](const std::string& tail) {
-      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-    };
-    if (!ends_with(".weight") && !ends_with(".bias")) continue;
-    for (const std::string& kind : kinds) {
-      if (c.optimizer.count(kind.empty() ? name : kind + "/" + name)) continue;
-      damaged(path, kind.empty() ? "optimizer lacks the momentum buffer of " + name
-                                 : "optimizer lacks " + kind + "/" + name);
     }
   }
 }
@@ -199,6 +192,7 @@ Checkpoint from_dict(const c10::impl::GenericDict& d, const std::string& path) {
   }
   Checkpoint c;
   c.format_version = format;
+  c.path = path;
   c.model = tensor_map(d, path, "model");
   c.optimizer = tensor_map(d, path, "optimizer");
   check_finite(c.model, path, "model");
@@ -326,6 +320,25 @@ Weights load_weights(const std::string& path) {
   w.config = std::move(c.config);
   w.checkpoint = true;
   return w;
+}
+
+void check_optimizer_covers_model(const Checkpoint& c, const std::string& path) {
+  if (c.optimizer.empty()) return;  // a step never taken: the optimizer starts its state at the first step
+  std::set<std::string> kinds;
+  for (const auto& [key, t] : c.optimizer) {
+    if (!is_scalar_state(key)) kinds.insert(state_kind(key));
+  }
+  for (const auto& [name, weight] : c.model) {
+    const auto ends_with = [&](const std::string& tail) {
+      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (!ends_with(".weight") && !ends_with(".bias")) continue;
+    for (const std::string& kind : kinds) {
+      if (c.optimizer.count(kind.empty() ? name : kind + "/" + name)) continue;
+      damaged(path, kind.empty() ? "optimizer lacks the momentum buffer of " + name
+                                 : "optimizer lacks " + kind + "/" + name);
+    }
+  }
 }
 
 }  // namespace pinfeed::app

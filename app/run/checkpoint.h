@@ -49,6 +49,7 @@ struct Checkpoint {
   std::string best_weights;
   std::map<std::string, at::Tensor> model_raw;
   int64_t format_version = 0;  // of the file read (load_checkpoint); save_checkpoint writes the newest
+  std::string path;            // the file load_checkpoint read, for messages; not written
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);  // throws OutputError
@@ -57,6 +58,10 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);  //
 // positions (a negative epoch or step, world_size < 1) naming the key. Throws ConfigError (missing file, not a
 // pinfeed checkpoint: a state dict is pointed to train.init_from) or DataError (truncated or damaged).
 Checkpoint load_checkpoint(const std::string& path);
+// Refuses (DataError naming the entry) optimizer state that lacks a parameter's entries: each *.weight and *.bias
+// of `model` needs one of every kind present. A resume calls it once `model` is known to hold the network's names
+// (copy_weights), so that a name the network has not is refused as that, not as missing momentum.
+void check_optimizer_covers_model(const Checkpoint& checkpoint, const std::string& path);
 
 // The weights of a pinfeed checkpoint or of a state dict that Python wrote with torch.save(model.state_dict())
 // (torchvision's names), for evaluating, predicting and starting a new run from them.

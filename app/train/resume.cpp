@@ -86,6 +86,8 @@ void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
   }
   // best.pt whose best was the EMA's holds the EMA's weights in `model`: training goes on from the raw ones.
   copy_weights(runner.model(), ck.model_raw.empty() ? ck.model : ck.model_raw, "--resume: the checkpoint");
+  // The names are the network's now: state missing for one of them is damage, not a name the network has not.
+  check_optimizer_covers_model(ck, ck.path);
   runner.optimizer().load_state(ck.optimizer);
   if (WeightEma* ema = runner.ema()) {
     if (ck.model_ema.empty()) {
