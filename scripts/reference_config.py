@@ -20,7 +20,7 @@ DEFAULTS = {
              "auto_augment": "", "augment_interpolation": "nearest", "augment_fill": "", "random_erasing": 0.0,
              "random_erasing_value": "zero", "mixup_alpha": 0.0, "cutmix_alpha": 0.0, "mixup_prob": 1.0,
              "mixup_switch_prob": 0.5},
-    "model": {"arch": "resnet50", "num_classes": 0, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
+    "model": {"arch": "resnet50", "num_classes": 0, "allow_extra_classes": False, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
               "pad_input": "auto", "fold_grad_add": "auto", "blurpool": False},
     "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9, "lr_schedule": "cosine",
               "nesterov": False, "weight_decay": 1e-4, "decay_bn_and_bias": True, "warmup_epochs": 0.0,

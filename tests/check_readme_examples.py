@@ -6,7 +6,7 @@ What is changed, and only this:
 - placeholders: /data/mine is a folder of this test's (the README's gen-data line fills it); runs/<run> is the newest
   run folder when the line runs; photo.jpg is one of the generated validation images, photos/ a folder of two more.
 - `python` is this Python, with the built module (BUILD/python) on PYTHONPATH, as `pip install .` would give it.
-- a `pinfeed train` line gets SMALL appended (2 steps per epoch at 32 px on the CPU) and train.epochs=1, a resume
+- a `pinfeed train` line gets SMALL appended (2 steps per epoch at 32 px on the CPU, no warm-up) and train.epochs=1, a resume
   line one epoch more than the run has, so that each takes seconds; a `pinfeed gen-data` line gets GEN_DATA (a few
   images per class).
 Each line must exit 0 and print something.
@@ -36,7 +36,7 @@ SKIP_LINES = {
     "tensorboard --logdir": "starts TensorBoard's server, which runs until stopped",
 }
 SMALL = ["train.max_steps_per_epoch=2", "train.batch_size=8", "data.image_size=32", "data.workers=1", "train.device=cpu",
-         "pipeline.warmup_steps=0"]
+         "pipeline.warmup_steps=0", "train.warmup_epochs=0"]
 GEN_DATA = ["--train-per-class", "8", "--val-per-class", "2", "--threads", "1"]
 
 

@@ -156,7 +156,8 @@ const std::vector<Key>& keys() {
       key("data.ramp_start", PINFEED_FIELD(transform.schedule.start_ramp), between(0, kMaxEpochs),
           "epoch the ramp leaves data.image_size_min, counted from 0 (FFCV's start_ramp)"),
       key("data.ramp_end", PINFEED_FIELD(transform.schedule.end_ramp), between(0, kMaxEpochs),
-          "epoch the ramp reaches data.image_size_max, counted from 0 (FFCV's end_ramp)"),
+          "epoch the ramp reaches data.image_size_max, counted from 0 (FFCV's end_ramp); equal to data.ramp_start: "
+          "the side jumps to the max the epoch after"),
       key("data.ramp_step", PINFEED_FIELD(transform.schedule.step), between(1, 512),
           "the ramp's sides are multiples of this, px (FFCV: 32)"),
       parsed("data.image_size_by_epoch", PINFEED_FIELD(transform.schedule.by_epoch),
@@ -189,7 +190,7 @@ const std::vector<Key>& keys() {
           "naming its file (exit 3); 0 = no bound"),
       choice("data.decoder", PINFEED_FIELD(dataset.decoder), decoder_names(),
              "cpu (libjpeg-turbo in the workers) | nvjpeg (the GPU decodes JPEGs, workers only read files; CUDA "
-             "only) | auto (nvjpeg on CUDA when built in)"),
+             "only; on a CPU it falls back to cpu with a warning) | auto (nvjpeg on CUDA when built in)"),
       key("data.nvjpeg_share", PINFEED_FIELD(transform.nvjpeg_share), in_range(0.0, 1.0),
           "with data.decoder = nvjpeg: the fraction of samples (fixed by index) whose JPEGs the GPU decodes; the "
           "workers decode the rest"),
@@ -250,7 +251,7 @@ const std::vector<Key>& keys() {
              "BN's statistics, then one scale-bias-add-ReLU pass; fp16 only) | all | off"),
       choice("model.fused_bn", PINFEED_FIELD(model.fused_bn), kAutoOnOff,
              "BN, BN + ReLU and BN + add + ReLU as one cuDNN op each in training: auto (on for CUDA + "
-             "channels_last + bf16/fp16) | on | off (ATen's separate ops)"),
+             "channels_last + bf16/fp16) | on (on a CPU: off, with a warning) | off (ATen's separate ops)"),
       key("train.epochs", PINFEED_FIELD(schedule.epochs), between(1, kMaxEpochs), "epochs to train"),
       key("train.batch_size", PINFEED_FIELD(train_loader.batch_size), between(1, kMaxBatchSize),
           "samples per step (per rank)"),
@@ -296,8 +297,9 @@ const std::vector<Key>& keys() {
       key("train.lr_poly_power", PINFEED_FIELD(schedule.poly_power), in_range(0, 100),
           "poly: the exponent of the decay (MLPerf's ResNet-50: 2)"),
       key("train.warmup_epochs", PINFEED_FIELD(schedule.warmup_epochs), in_range(0, 1e6),
-          "linear LR warm-up length (fractions allowed); triangular: the epoch the rate peaks at"),
-      key("train.min_lr", PINFEED_FIELD(schedule.min_lr), in_range(0, 1e3), "LR at the end of the schedule"),
+          "linear LR warm-up length (fractions allowed), at most train.epochs; triangular: the epoch the rate peaks "
+          "at, below train.epochs"),
+      key("train.min_lr", PINFEED_FIELD(schedule.min_lr), in_range(0, 1e3), "LR at the end of the schedule, at most train.lr"),
       key("train.ema", PINFEED_FIELD(step.ema.enabled),
           "keep an exponential moving average of the weights and buffers (timm's ModelEmaV3), evaluated beside "
           "them each epoch and checkpointed as model_ema; best.pt takes the better of the two"),
@@ -319,7 +321,7 @@ const std::vector<Key>& keys() {
       key("train.cudnn_benchmark", PINFEED_FIELD(train.cudnn_benchmark), "let cuDNN pick the fastest kernels"),
       switch_key("train.cuda_graph", PINFEED_FIELD(train.cuda_graph),
                  "capture the whole training step as a CUDA graph and replay it: auto (on CUDA with one rank; several "
-                 "ranks step eagerly, said once in the log) | true (CUDA, one rank) | false"),
+                 "ranks step eagerly, said once in the log) | true (CUDA, one rank; on a CPU eager, with a warning) | false"),
       key("train.seed", PINFEED_FIELD(train_loader.seed), at_least<int64_t>(0),
           "seed of init, shuffling and augmentation"),
       key("train.device", PINFEED_FIELD(train.device), check_device, "auto (CUDA if present) | cpu | cuda | cuda:N"),
