@@ -4,7 +4,7 @@
 //
 // Why not ATen's batch_norm: ATen never picks cuDNN's BatchNorm for bf16 inputs, and BN, the residual add and ReLU
 // each make their own passes over memory; cuDNN's NHWC BatchNorm (cudnnBatchNormalizationForwardTrainingEx /
-// BackwardEx) does the three in one kernel, bf16 and fp16 alike (docs/training-step.md#what-changed-in-the-step).
+// BackwardEx) does the three in one kernel, bf16 and fp16 alike (docs/training-step.md#the-parts).
 #pragma once
 
 #include <torch/nn/modules/batchnorm.h>

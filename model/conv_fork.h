@@ -2,7 +2,7 @@
 // so that the backward sums the two gradients of the input inside the convolution's data gradient.
 //
 // Why: autograd adds the gradients of a tensor used twice with a kernel of its own, a read of both and a write of
-// the sum, at each of ResNet-50's 16 block inputs (docs/training-step.md#the-gradient-sums-folded-into-gemms).
+// the sum, at each of ResNet-50's 16 block inputs (docs/training-step.md#the-parts).
 // The data gradient of a 1x1, stride-1 convolution on channels_last memory is one matrix product, and a GEMM with
 // beta = 1 adds it to the residual path's gradient as it writes: one pass instead of three.
 #pragma once

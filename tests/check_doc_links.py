@@ -1,7 +1,7 @@
 """Every relative link of README.md and docs/*.md resolves: the file or folder exists in the repository, and an
-anchor (page.md#anchor, or #anchor on the same page) is a heading of that page as GitHub names it (lower case,
-punctuation but '-' and '_' dropped, spaces to '-', a repeated heading numbered -1, -2, ...). Links inside code
-blocks and inline code are not links; http(s) and mailto links are not checked.
+anchor (after a page's name and "#", or "#" alone on the same page) is a heading of that page as GitHub names it
+(lower case, punctuation but '-' and '_' dropped, spaces to '-', a repeated heading numbered -1, -2, ...). Links
+inside code blocks and inline code are not links; http(s) and mailto links are not checked.
 
 Usage: check_doc_links.py REPO. Standard library only.
 """

@@ -20,7 +20,7 @@ using loader_detail::stop_wait_s;
 
 // Three cores are left to the training thread (it launches the GPU's kernels: an eager step is bound by it),
 // the dual_stream copier and the driver: two workers fewer kept an eager step at the GPU's rate, the rest still
-// decoding well ahead of it (docs/transfer-modes.md#the-final-feeder).
+// decoding well ahead of it (docs/transfer-modes.md#current-table).
 int default_workers(int processes) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, processes);
   if (cores > 4) return cores - 3;

@@ -50,7 +50,7 @@ struct FeederOptions {
 // pipeline.transfer_dtype = "uint8" or the GPU decoder, which then writes uint8 pixels rather than the model's
 // input), erasing and Mixup/CutMix on the normalised batch before its cast to the model's input type.
 // Issuing a copy is driver and allocator work, dearer next to busy decode workers: kept off the thread that
-// launches the GPU's kernels (docs/transfer-modes.md#where-the-wait-went).
+// launches the GPU's kernels (docs/transfer-modes.md#current-table).
 // A stuck sample or a stop asked for never leaves next() waiting: in every mode it throws what the loader throws
 // (data::StuckSample after loader_options.sample_timeout_s, data::Interrupted once loader_options.stop_requested()
 // is true), from the copier's loader.next() in dual_stream as from its own. Like a worker's error, either ends the

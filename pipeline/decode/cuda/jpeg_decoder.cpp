@@ -81,14 +81,14 @@ struct JpegDecoder::Impl {
   nvjpegHandle_t hardware = nullptr;  // null where the GPU has no JPEG engines
   // A decode state's buffers are read by its work on the stream after the call returns: no new images for it
   // before `state_done`. One state, not two in turn: each brings streams of nvJPEG's own, and two in flight
-  // decoded slower beside a busy step (docs/gpu-decode.md#how-it-got-there).
+  // decoded slower beside a busy step (docs/gpu-decode.md#how-the-gpu-decoder-works).
   nvjpegJpegState_t hardware_state = nullptr;
   std::vector<nvjpegDecodeParams_t> params;  // one per image of a hardware batch (output format and ROI)
   cudaEvent_t state_done = nullptr;
   bool state_used = false;
   // nvJPEG's hardware pool, sized by nvjpegDecodeBatchedPreAllocate to the batches seen and grown within the
   // decode budget: unsized, nvJPEG reallocates between batches and its synchronous free stalls the copier and the
-  // training thread until the step's graph ends (docs/gpu-decode.md#how-it-got-there).
+  // training thread until the step's graph ends (docs/gpu-decode.md#how-the-gpu-decoder-works).
   int pool_images = 0, pool_width = 0, pool_height = 0;
   int seen_width = 0, seen_height = 0;  // the largest hardware-decoded image so far
   static constexpr int kLoggedFailures = 5;
