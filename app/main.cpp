@@ -41,7 +41,11 @@ namespace {
 
 using namespace pinfeed;
 
-int print_config_help(bool markdown) {
+int print_config_help(bool markdown, bool json) {
+  if (json) {  // the defaults, for scripts that must not restate them
+    std::fputs(app::to_json(app::Config{}).c_str(), stdout);
+    return app::kExitOk;
+  }
   if (markdown) {  // docs/config-keys.md's table (a test compares the two)
     std::fputs(app::config_keys_markdown().c_str(), stdout);
     return app::kExitOk;
@@ -163,6 +167,8 @@ int run(int argc, char** argv) {
   help->add_option("topic", topic, "config | metrics | a command (default: the list of commands)");
   bool markdown = false;
   help->add_flag("--markdown", markdown, "config: the key table as Markdown (docs/config-keys.md's)");
+  bool json = false;
+  help->add_flag("--json", json, "config: every key's default as JSON, {\"section\": {\"key\": value}}");
 
   if (const std::string problem = app::misuse(cli, argc, argv); !problem.empty()) {
     log::error(problem);
@@ -177,7 +183,7 @@ int run(int argc, char** argv) {
   }
 
   if (*help) {
-    if (topic == "config") return print_config_help(markdown);
+    if (topic == "config") return print_config_help(markdown, json);
     if (topic == "metrics") return print_metrics_help();
     if (topic.empty()) {  // the commands (cli.help() would show the selected command's: help's own)
       std::cout << cli.get_formatter()->make_help(&cli, cli.get_name(), CLI::AppFormatMode::Normal);

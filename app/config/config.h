@@ -132,6 +132,7 @@ bool set_by_override(const Config& config, const std::string& key);
 std::string value_text(const Config& config, const std::string& key);
 
 std::string to_toml(const Config& config);  // every key's value, as a config file that reads back the same
+std::string to_json(const Config& config);  // every key's value as {"section": {"key": value}}: `pinfeed help config --json`
 
 struct KeyHelp {
   std::string name, type, default_value, help;

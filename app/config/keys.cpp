@@ -414,15 +414,34 @@ std::string expand_user(const std::string& path) {
   return path;
 }
 
-std::string to_toml(const Config& c) {
+namespace {
+
+// Every key's value, a table per section, in kSections' order when written.
+std::map<std::string, toml::table> section_tables(const Config& c) {
   std::map<std::string, toml::table> sections;
   for (const auto& k : keys()) {
     const auto dot = k.name.find('.');
     auto& t = sections[k.name.substr(0, dot)];
     std::visit([&](const auto& v) { t.insert(k.name.substr(dot + 1), v); }, k.get(c));
   }
+  return sections;
+}
+
+}  // namespace
+
+std::string to_toml(const Config& c) {
+  auto sections = section_tables(c);
   std::ostringstream out;
   for (const char* s : kSections) out << "[" << s << "]\n" << sections[s] << "\n\n";
+  return out.str();
+}
+
+std::string to_json(const Config& c) {
+  auto sections = section_tables(c);
+  toml::table all;
+  for (const char* s : kSections) all.insert(s, std::move(sections[s]));
+  std::ostringstream out;
+  out << toml::json_formatter{all} << "\n";
   return out.str();
 }
 
