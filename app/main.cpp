@@ -17,16 +17,17 @@
 #include "app/bench/bench.h"
 #include "app/cli/command_line.h"
 #include "app/config/config.h"
-#include "app/config/exit_codes.h"
-#include "app/config/format.h"
+#include "engine/errors.h"
+#include "engine/exit_codes.h"
+#include "common/format.h"
 #include "app/config/suggest.h"
-#include "app/dist/distributed.h"
+#include "engine/dist/distributed.h"
 #include "app/eval/eval.h"
 #include "app/eval/predict.h"
 #include "app/plan/start.h"
 #include "app/run/metrics.h"
 #include "app/run/run_files.h"
-#include "app/run/signals.h"
+#include "engine/signals.h"
 #include "app/train/resume.h"
 #include "app/train/trainer.h"
 #include "common/log.h"
@@ -44,11 +45,11 @@ using namespace pinfeed;
 int print_config_help(bool markdown, bool json) {
   if (json) {  // the defaults, for scripts that must not restate them
     std::fputs(app::to_json(app::Config{}).c_str(), stdout);
-    return app::kExitOk;
+    return engine::kExitOk;
   }
   if (markdown) {  // docs/config-keys.md's table (a test compares the two)
     std::fputs(app::config_keys_markdown().c_str(), stdout);
-    return app::kExitOk;
+    return engine::kExitOk;
   }
   std::printf("Config keys ([section] key = value in TOML; override on the command line as section.key=value):\n\n");
   for (const auto& k : app::config_keys()) {
@@ -56,7 +57,7 @@ int print_config_help(bool markdown, bool json) {
   }
   std::printf("\nModes (pipeline.mode or --mode):\n");
   for (const auto& p : pipeline::mode_presets()) std::printf("  %-20s %s\n", p.name, p.description);
-  return app::kExitOk;
+  return engine::kExitOk;
 }
 
 int print_metrics_help() {
@@ -64,7 +65,7 @@ int print_metrics_help() {
   for (const app::Metric& m : app::kEpochMetrics) std::printf("  %-22s %s\n", m.name, m.meaning);
   std::printf("\nPer-step figures (steps.jsonl, with run.log_steps = true):\n\n");
   for (const app::Metric& m : app::kStepMetrics) std::printf("  %-22s %s\n", m.name, m.meaning);
-  return app::kExitOk;
+  return engine::kExitOk;
 }
 
 // "WxH", digits only and the whole text: "64x64px" is refused, not read as 64x64, and 4294967360 not as 64.
@@ -85,7 +86,7 @@ int gen_data(data::SyntheticOptions so, const std::string& size, bool overwrite)
   if (!parse_size(size, &so.width, &so.height) || so.width < lo || so.width > hi || so.height < lo || so.height > hi) {
     log::error("gen-data: --size must be WxH with each side " + std::to_string(lo) + " to " + std::to_string(hi) +
                ", got '" + data::printable(size) + "'");
-    return app::kExitUsage;
+    return engine::kExitUsage;
   }
   // An existing dataset is never written over unasked. A folder that cannot be listed is left to the generator,
   // which says what it cannot write.
@@ -93,15 +94,15 @@ int gen_data(data::SyntheticOptions so, const std::string& size, bool overwrite)
   if (!overwrite && std::filesystem::is_directory(so.out, ec) && !std::filesystem::is_empty(so.out, ec) && !ec) {
     log::error("gen-data: --out " + data::printable(so.out) + " is not empty: name a new or empty folder, or pass "
                "--overwrite to write into it");
-    return app::kExitUsage;
+    return engine::kExitUsage;
   }
   try {
     const int64_t n = data::generate_synthetic(so);
     log::info("wrote " + std::to_string(n) + " images to " + so.out);
-    return app::kExitOk;
+    return engine::kExitOk;
   } catch (const data::SyntheticWriteError& e) {
     log::error("gen-data: " + std::string(e.what()));
-    return app::kExitOutput;
+    return engine::kExitOutput;
   }
 }
 
@@ -172,14 +173,14 @@ int run(int argc, char** argv) {
 
   if (const std::string problem = app::misuse(cli, argc, argv); !problem.empty()) {
     log::error(problem);
-    return app::kExitUsage;
+    return engine::kExitUsage;
   }
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return cli.exit(e);  // --help, --version
     log::error(app::parse_error_text(cli, e, argc, argv));
-    return app::kExitUsage;
+    return engine::kExitUsage;
   }
 
   if (*help) {
@@ -187,13 +188,13 @@ int run(int argc, char** argv) {
     if (topic == "metrics") return print_metrics_help();
     if (topic.empty()) {  // the commands (cli.help() would show the selected command's: help's own)
       std::cout << cli.get_formatter()->make_help(&cli, cli.get_name(), CLI::AppFormatMode::Normal);
-      return app::kExitOk;
+      return engine::kExitOk;
     }
     std::vector<std::string> topics(std::begin(kHelpTopics), std::end(kHelpTopics));
     for (const CLI::App* sub : cli.get_subcommands({})) {
       if (sub->get_name() == topic && sub != help) {
         std::cout << sub->help();
-        return app::kExitOk;
+        return engine::kExitOk;
       }
       if (sub != help) topics.push_back(sub->get_name());
     }
@@ -201,11 +202,11 @@ int run(int argc, char** argv) {
     for (const auto& t : topics) all += (all.empty() ? "" : " | ") + t;
     log::error("help: unknown topic '" + data::printable(topic) + "'" + app::did_you_mean(topic, topics) +
                " (topics: " + all + ")");
-    return app::kExitUsage;
+    return engine::kExitUsage;
   }
   if (*gen) return gen_data(so, size, overwrite);
-  if (*bench) return app::run_bench(bench_args, app::signal_stop());
-  if (*eval) return app::run_eval(eval_args, app::signal_stop());
+  if (*bench) return app::run_bench(bench_args, engine::signal_stop());
+  if (*eval) return app::run_eval(eval_args, engine::signal_stop());
   if (*predict) return app::run_predict(predict_args);
 
   if (start.config.empty()) {  // a resume of PATH continues with the config its run wrote
@@ -214,13 +215,13 @@ int run(int argc, char** argv) {
                  (resume.empty() ? " (or --resume PATH, which takes the run folder's config)"
                                  : " with --resume last (its run.dir and run.name say where to look)") +
                  " (pinfeed train --help lists its options)");
-      return app::kExitUsage;
+      return engine::kExitUsage;
     }
     start.config = app::run_config_of(resume);
   }
-  const app::TrainResult result = app::train(app::start(start), {resume, stop_after_steps}, app::signal_stop());
-  if (result.interrupted) return app::kExitInterrupted;
-  return app::kExitOk;
+  const app::TrainResult result = app::train(app::start(start), {resume, stop_after_steps}, engine::signal_stop());
+  if (result.interrupted) return engine::kExitInterrupted;
+  return engine::kExitOk;
 }
 
 }  // namespace
@@ -231,28 +232,34 @@ static int exit_code(int argc, char** argv) {
   } catch (const data::Interrupted& e) {
     // A stop came while no batch could come (a stuck read or decode); training has said what it saved.
     log::error(e.what());
-    return app::kExitInterrupted;
-  } catch (const app::PeerFailed& e) {
+    return engine::kExitInterrupted;
+  } catch (const engine::PeerFailed& e) {
     log::error(e.what());
-    return app::kExitPeerFailed;
+    return engine::kExitPeerFailed;
   } catch (const app::Diverged& e) {
     log::error(e.what());
-    return app::kExitDiverged;
+    return engine::kExitDiverged;
   } catch (const app::ConfigError& e) {
     log::error(e.what());
-    return app::kExitUsage;
+    return engine::kExitUsage;
+  } catch (const engine::CheckpointError& e) {
+    log::error(e.what());
+    return engine::kExitUsage;
+  } catch (const engine::RankSetupError& e) {
+    log::error(e.what());
+    return engine::kExitUsage;
   } catch (const DataError& e) {
     log::error(e.what());
-    return app::kExitData;
-  } catch (const app::OutputError& e) {
+    return engine::kExitData;
+  } catch (const engine::OutputError& e) {
     log::error(std::string(e.what()) + " (nothing written before this point was changed)");
-    return app::kExitOutput;
+    return engine::kExitOutput;
   } catch (const c10::Error& e) {
     log::error("LibTorch: " + error_text(e));
-    return app::kExitFailure;
+    return engine::kExitFailure;
   } catch (const std::exception& e) {
     log::error(e.what());
-    return app::kExitFailure;
+    return engine::kExitFailure;
   }
 }
 

@@ -1,5 +1,7 @@
-// The one door to CUDA for code outside gpu/cuda/: no CUDA types here. Built against a LibTorch
-// without CUDA, every call that needs a device throws (see gpu_stub.cpp).
+// Streams, events, graphs and device memory for the rooms that have no CUDA code of their own: no CUDA types here.
+// CUDA itself is written in the cuda/ folder of the room that owns it (gpu/cuda, model/cuda, pipeline/decode/cuda,
+// pipeline/augment/cuda), each built only against a LibTorch with CUDA; without it, every call here that needs
+// a device throws (see gpu_stub.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>

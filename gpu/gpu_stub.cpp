@@ -35,9 +35,9 @@ int64_t reserved_bytes(c10::Device) { no_cuda(); }
 
 #include "gpu/nccl.h"
 
-namespace pinfeed::pipeline {
+namespace pinfeed::gpu {
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int, int,
                                                     std::chrono::milliseconds) {
   throw std::runtime_error("pinfeed was built against a LibTorch without CUDA: no NCCL");
 }
-}  // namespace pinfeed::pipeline
+}  // namespace pinfeed::gpu

@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "app/run/torch_file.h"
+#include "engine/checkpoint/torch_file.h"
 #include "app/train/resume.h"
 #include "model/resnet.h"
 
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   }
   try {
     at::NoGradGuard no_grad;
-    const auto c = app::parse_torch_file(app::read_torch_file(argv[1]), argv[1]).toGenericDict();
+    const auto c = engine::parse_torch_file(engine::read_torch_file(argv[1]), argv[1]).toGenericDict();
     std::map<std::string, at::Tensor> state, outputs;
     for (const auto& item : c.at("state_dict").toGenericDict()) state[item.key().toStringRef()] = item.value().toTensor();
     for (const auto& item : c.at("outputs").toGenericDict()) outputs[item.key().toStringRef()] = item.value().toTensor();

@@ -106,8 +106,8 @@ def main():
         (work / "build/app").mkdir(parents=True)
         (work / "build/app/pinfeed").symlink_to(exe)
         (work / "configs").symlink_to(repo / "configs")
-        (work / "app/python/pinfeed").mkdir(parents=True)
-        (work / "app/python/pinfeed/tensorboard.py").symlink_to(repo / "app/python/pinfeed/tensorboard.py")
+        (work / "python/pinfeed").mkdir(parents=True)
+        (work / "python/pinfeed/tensorboard.py").symlink_to(repo / "python/pinfeed/tensorboard.py")
         (work / "data").mkdir()
         bin_dir = work / ".bin"
         bin_dir.mkdir()

@@ -1,4 +1,4 @@
-"""app/python/pinfeed/tensorboard.py, run as a plain file (no compiled pinfeed module), on hand-made run folders:
+"""python/pinfeed/tensorboard.py, run as a plain file (no compiled pinfeed module), on hand-made run folders:
 each numeric figure of metrics.jsonl becomes a scalar at step = epoch under its tag (nulls, text and bools left
 out), read back through TensorBoard's EventAccumulator; a second conversion after a resume rewrote an epoch's row
 shows each epoch once, with the new values; --follow reads rows appended while it runs and stops at the run's
@@ -53,7 +53,7 @@ def main():
     with skip_without("scripts/setup.sh installs tensorboard into the venv"):
         import torch  # noqa: F401
         import tensorboard  # noqa: F401
-    script = repo / "app/python/pinfeed/tensorboard.py"
+    script = repo / "python/pinfeed/tensorboard.py"
     convert = [sys.executable, str(script)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)

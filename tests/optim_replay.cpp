@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "app/optim/ema.h"
-#include "app/optim/optimizer.h"
-#include "app/run/torch_file.h"
+#include "engine/optim/ema.h"
+#include "engine/optim/optimizer.h"
+#include "engine/checkpoint/torch_file.h"
 
 namespace pinfeed::app {
 namespace {
@@ -46,16 +46,16 @@ double worst(const Named& got, const std::map<std::string, at::Tensor>& want, st
   return out;
 }
 
-OptimizerOptions options_of(const std::string& kind, const c10::impl::GenericDict& o) {
-  OptimizerOptions opt;
+engine::OptimizerOptions options_of(const std::string& kind, const c10::impl::GenericDict& o) {
+  engine::OptimizerOptions opt;
   opt.sgd.weight_decay = number(o, "weight_decay");
   if (kind == "sgd" || kind == "lars") {
-    opt.kind = kind == "sgd" ? OptimizerKind::kSgd : OptimizerKind::kLars;
+    opt.kind = kind == "sgd" ? engine::OptimizerKind::kSgd : engine::OptimizerKind::kLars;
     opt.sgd.momentum = number(o, "momentum");
     opt.sgd.nesterov = number(o, "nesterov") != 0;
     if (kind == "lars") opt.lars = {number(o, "eta"), number(o, "eps")};
   } else {
-    opt.kind = OptimizerKind::kLamb;
+    opt.kind = engine::OptimizerKind::kLamb;
     opt.lamb = {number(o, "beta1"), number(o, "beta2"), number(o, "eps"), number(o, "max_grad_norm"),
                 number(o, "trust_clip") != 0, number(o, "decoupled_decay") != 0};
   }
@@ -69,7 +69,7 @@ bool replay_optimizer(const c10::impl::GenericDict& c, bool tensor_lr) {
   const auto initial = tensors(c.at("initial"));
   Named named;
   for (const auto& n : c.at("names").toListRef()) named.emplace_back(n.toStringRef(), initial.at(n.toStringRef()).clone());
-  auto optimizer = make_optimizer(named, bn_and_bias_names(named), options_of(kind, c.at("options").toGenericDict()));
+  auto optimizer = engine::make_optimizer(named, engine::bn_and_bias_names(named), options_of(kind, c.at("options").toGenericDict()));
   bool ok = true;
   int k = 0;
   for (const auto& step_value : c.at("steps").toListRef()) {
@@ -96,7 +96,7 @@ bool replay_optimizer(const c10::impl::GenericDict& c, bool tensor_lr) {
 bool replay_ema(const c10::impl::GenericDict& c) {
   const auto initial = tensors(c.at("initial"));
   const auto o = c.at("options").toGenericDict();
-  EmaOptions options;
+  engine::EmaOptions options;
   options.enabled = true;
   options.decay = number(o, "decay");
   options.warmup = number(o, "warmup") != 0;
@@ -108,7 +108,7 @@ bool replay_ema(const c10::impl::GenericDict& c) {
     ema.emplace_back(n.toStringRef(), at::zeros_like(initial.at(n.toStringRef())));
     model.emplace_back(n.toStringRef(), initial.at(n.toStringRef()).clone());
   }
-  WeightEma weights(ema, model, options);  // starts as a copy of the model, as ModelEmaV3's deepcopy
+  engine::WeightEma weights(ema, model, options);  // starts as a copy of the model, as ModelEmaV3's deepcopy
   bool ok = true;
   int k = 0;
   for (const auto& step_value : c.at("steps").toListRef()) {
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   }
   try {
     at::NoGradGuard no_grad;
-    const c10::IValue v = parse_torch_file(read_torch_file(argv[1]), argv[1]);
+    const c10::IValue v = engine::parse_torch_file(engine::read_torch_file(argv[1]), argv[1]);
     const auto c = v.toGenericDict();
     if (c.at("kind").toStringRef() == "ema") return replay_ema(c) ? 0 : 1;
     const bool a = replay_optimizer(c, /*tensor_lr=*/false), b = replay_optimizer(c, /*tensor_lr=*/true);

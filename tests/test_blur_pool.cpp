@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "app/step/step_runner.h"
+#include "engine/step/step_runner.h"
 #include "model/blur_pool.h"
 #include "model/resnet.h"
 
@@ -77,11 +77,11 @@ TEST(BlurPool, StateDictHasTheSameNamesAndShapesOnAndOff) {
 }
 
 TEST(BlurPool, ATrainingStepRunsThroughItAndMovesTheWeights) {
-  app::StepOptions o;
-  o.precision = app::Precision::kFp32;
+  engine::StepOptions o;
+  o.precision = engine::Precision::kFp32;
   o.net.blurpool = true;
   o.net.zero_init_residual = false;
-  app::StepRunner runner(o, 5);
+  engine::StepRunner runner(o, 5);
   const at::Tensor before = runner.model()->layer2[0]->as<BottleneckImpl>()->conv2->weight.detach().clone();
   at::manual_seed(1);
   const at::Tensor images = at::randn({4, 3, 32, 32}), labels = at::randint(5, {4});

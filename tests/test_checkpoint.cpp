@@ -15,7 +15,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "app/run/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "app/config/config.h"
 #include "app/run/run_files.h"
 #include "data/error.h"
@@ -24,9 +24,9 @@
 namespace pinfeed::app {
 namespace {
 
-TEST(Checkpoint, RoundTripIsBitIdentical) {
+TEST(engine::Checkpoint, RoundTripIsBitIdentical) {
   const std::string dir = test::fresh_dir("ckpt");
-  Checkpoint c;
+  engine::Checkpoint c;
   c.model["conv1.weight"] = at::randn({4, 3, 3, 3});
   c.model["bn1.running_mean"] = at::randn({4});
   c.optimizer["conv1.weight"] = at::randn({4, 3, 3, 3});
@@ -44,9 +44,9 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
   c.config = "[train]\nlr = 0.1\n";
   c.classes = {"cat", "dog"};
   c.best_val_top1 = 0.625;
-  save_checkpoint(dir + "/last.pt", c);
+  engine::save_checkpoint(dir + "/last.pt", c);
   EXPECT_FALSE(std::filesystem::exists(dir + "/last.pt.tmp"));
-  const Checkpoint r = load_checkpoint(dir + "/last.pt");
+  const engine::Checkpoint r = engine::load_checkpoint(dir + "/last.pt");
   ASSERT_EQ(r.model.size(), 2u);
   for (const auto& [k, v] : c.model) EXPECT_TRUE(at::equal(v, r.model.at(k))) << k;
   EXPECT_TRUE(at::equal(c.optimizer.at("conv1.weight"), r.optimizer.at("conv1.weight")));
@@ -69,12 +69,12 @@ TEST(Checkpoint, RoundTripIsBitIdentical) {
 
 // torch.load's weights_only unpickler (the default since PyTorch 2.6) refuses any global outside its allow list;
 // tests/check_torch_load.py loads a real checkpoint with it.
-TEST(Checkpoint, FileNamesNoTorchScriptGlobal) {
+TEST(engine::Checkpoint, FileNamesNoTorchScriptGlobal) {
   const std::string dir = test::fresh_dir("ckpt_tags");
-  Checkpoint c;
+  engine::Checkpoint c;
   c.model["fc.weight"] = at::randn({2, 4});
-  save_checkpoint(dir + "/last.pt", c);
-  const std::vector<char> bytes = read_file_bytes(dir + "/last.pt");
+  engine::save_checkpoint(dir + "/last.pt", c);
+  const std::vector<char> bytes = engine::read_file_bytes(dir + "/last.pt");
   const std::string text(bytes.begin(), bytes.end());  // the zip stores data.pkl uncompressed
   EXPECT_NE(text.find("_rebuild_tensor_v2"), std::string::npos);
   EXPECT_EQ(text.find("torch.jit"), std::string::npos);
@@ -82,7 +82,7 @@ TEST(Checkpoint, FileNamesNoTorchScriptGlobal) {
 }
 
 // What pinfeed wrote before format 2: torch::jit::pickle_save of typed dicts, without the recorded sizes.
-TEST(Checkpoint, Format1FilesStillLoadWithoutTheirSizes) {
+TEST(engine::Checkpoint, Format1FilesStillLoadWithoutTheirSizes) {
   const std::string dir = test::fresh_dir("ckpt_v1");
   c10::impl::GenericDict model(c10::StringType::get(), c10::TensorType::get());
   model.insert("conv1.weight", at::randn({4, 3, 3, 3}));
@@ -96,8 +96,8 @@ TEST(Checkpoint, Format1FilesStillLoadWithoutTheirSizes) {
   d.insert("world_size", int64_t{1});
   d.insert("config", std::string("[train]\n"));
   const std::vector<char> bytes = torch::jit::pickle_save(d);
-  write_file_atomic(dir + "/old.pt", bytes.data(), bytes.size());
-  const Checkpoint r = load_checkpoint(dir + "/old.pt");
+  engine::write_file_atomic(dir + "/old.pt", bytes.data(), bytes.size());
+  const engine::Checkpoint r = engine::load_checkpoint(dir + "/old.pt");
   EXPECT_EQ(r.format_version, 1);
   EXPECT_EQ(r.epoch, 2);
   EXPECT_EQ(r.step_in_epoch, 5);
@@ -105,37 +105,37 @@ TEST(Checkpoint, Format1FilesStillLoadWithoutTheirSizes) {
   EXPECT_EQ(r.batch_size, 0) << "not recorded";
 }
 
-TEST(Checkpoint, ANewerFormatIsRefusedSayingSo) {
+TEST(engine::Checkpoint, ANewerFormatIsRefusedSayingSo) {
   const std::string dir = test::fresh_dir("ckpt_v9");
   c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
   d.insert("format_version", int64_t{9});
   const std::vector<char> bytes = torch::jit::pickle_save(d);
-  write_file_atomic(dir + "/new.pt", bytes.data(), bytes.size());
+  engine::write_file_atomic(dir + "/new.pt", bytes.data(), bytes.size());
   try {
-    load_checkpoint(dir + "/new.pt");
+    engine::load_checkpoint(dir + "/new.pt");
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("format 9: a newer pinfeed wrote it"), std::string::npos) << e.what();
   }
 }
 
-TEST(Checkpoint, AFailedWriteLeavesThePreviousFileIntact) {
+TEST(engine::Checkpoint, AFailedWriteLeavesThePreviousFileIntact) {
   const std::string dir = test::fresh_dir("ckpt_fail");
-  write_file_atomic(dir + "/last.pt", std::string("old"));
+  engine::write_file_atomic(dir + "/last.pt", std::string("old"));
   std::filesystem::create_directory(dir + "/last.pt.tmp");  // makes the temp file impossible to create
-  EXPECT_THROW(write_file_atomic(dir + "/last.pt", std::string("new")), OutputError);
-  EXPECT_EQ(std::string(read_file_bytes(dir + "/last.pt").data(), 3), "old");
+  EXPECT_THROW(engine::write_file_atomic(dir + "/last.pt", std::string("new")), engine::OutputError);
+  EXPECT_EQ(std::string(engine::read_file_bytes(dir + "/last.pt").data(), 3), "old");
 }
 
-TEST(Checkpoint, NotACheckpointIsRefusedAsAUsageError) {
+TEST(engine::Checkpoint, NotACheckpointIsRefusedAsAUsageError) {
   const std::string dir = test::fresh_dir("ckpt_bad");
-  write_file_atomic(dir + "/x.pt", std::string("not a zip"));
-  EXPECT_NE(test::message_of<ConfigError>([&] { load_checkpoint(dir + "/x.pt"); }).find("not a zip archive"),
+  engine::write_file_atomic(dir + "/x.pt", std::string("not a zip"));
+  EXPECT_NE(test::message_of<engine::CheckpointError>([&] { engine::load_checkpoint(dir + "/x.pt"); }).find("not a zip archive"),
             std::string::npos);
 }
 
-Checkpoint small_checkpoint() {
-  Checkpoint c;
+engine::Checkpoint small_checkpoint() {
+  engine::Checkpoint c;
   c.model["fc.weight"] = at::randn({2, 4});
   c.model["fc.bias"] = at::randn({2});
   c.batch_size = 4;
@@ -145,7 +145,7 @@ Checkpoint small_checkpoint() {
   return c;
 }
 
-TEST(Checkpoint, AMissingFileADirectoryAFifoAndADeviceAreRefusedBeforeAnyRead) {
+TEST(engine::Checkpoint, AMissingFileADirectoryAFifoAndADeviceAreRefusedBeforeAnyRead) {
   const std::string dir = test::fresh_dir("ckpt_special");
   ASSERT_EQ(::mkfifo((dir + "/fifo.pt").c_str(), 0600), 0);  // no writer: a blocking open would wait for ever
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -155,27 +155,27 @@ TEST(Checkpoint, AMissingFileADirectoryAFifoAndADeviceAreRefusedBeforeAnyRead) {
       {"/dev/zero", "device"},
   };
   for (const auto& [path, said] : cases) {
-    const std::string message = test::message_of<ConfigError>([&] { load_checkpoint(path); });
+    const std::string message = test::message_of<engine::CheckpointError>([&] { engine::load_checkpoint(path); });
     EXPECT_NE(message.find(said), std::string::npos) << path << ": " << message;
     EXPECT_NE(message.find(path), std::string::npos) << message;
   }
 }
 
-TEST(Checkpoint, ATruncatedFileIsADataErrorSayingSo) {
+TEST(engine::Checkpoint, ATruncatedFileIsADataErrorSayingSo) {
   const std::string dir = test::fresh_dir("ckpt_cut");
-  save_checkpoint(dir + "/last.pt", small_checkpoint());
+  engine::save_checkpoint(dir + "/last.pt", small_checkpoint());
   const auto size = std::filesystem::file_size(dir + "/last.pt");
   for (const auto keep : {size / 2, size - 30, uintmax_t{100}}) {
     std::filesystem::copy_file(dir + "/last.pt", dir + "/cut.pt", std::filesystem::copy_options::overwrite_existing);
     std::filesystem::resize_file(dir + "/cut.pt", keep);
-    const std::string message = test::message_of<DataError>([&] { load_checkpoint(dir + "/cut.pt"); });
+    const std::string message = test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/cut.pt"); });
     EXPECT_NE(message.find("truncated"), std::string::npos) << keep << ": " << message;
   }
 }
 
-TEST(Checkpoint, AFlippedByteInATensorIsRefusedNamingTheEntry) {
+TEST(engine::Checkpoint, AFlippedByteInATensorIsRefusedNamingTheEntry) {
   const std::string dir = test::fresh_dir("ckpt_flip");
-  save_checkpoint(dir + "/last.pt", small_checkpoint());
+  engine::save_checkpoint(dir + "/last.pt", small_checkpoint());
   std::ifstream in(dir + "/last.pt", std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // The first entry (a tensor's storage): its data follows the local header, its name and its extra field.
@@ -184,84 +184,84 @@ TEST(Checkpoint, AFlippedByteInATensorIsRefusedNamingTheEntry) {
   ASSERT_NE(bytes.compare(30, u16(26), "archive/data/0"), 1);
   bytes[30 + u16(26) + u16(28) + 5] ^= 0x10;
   std::ofstream(dir + "/flipped.pt", std::ios::binary) << bytes;
-  const std::string message = test::message_of<DataError>([&] { load_checkpoint(dir + "/flipped.pt"); });
+  const std::string message = test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/flipped.pt"); });
   EXPECT_NE(message.find("CRC-32"), std::string::npos) << message;
   EXPECT_NE(message.find("data/0"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  EXPECT_NE(test::message_of<DataError>([&] { load_weights(dir + "/flipped.pt"); }).find("CRC-32"), std::string::npos);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_weights(dir + "/flipped.pt"); }).find("CRC-32"), std::string::npos);
 }
 
-TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheKey) {
+TEST(engine::Checkpoint, NonFiniteWeightsAreRefusedNamingTheKey) {
   const std::string dir = test::fresh_dir("ckpt_nan");
-  Checkpoint c = small_checkpoint();
+  engine::Checkpoint c = small_checkpoint();
   c.model["fc.bias"][1] = NAN;
-  save_checkpoint(dir + "/nan.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/nan.pt"); }).find("model.fc.bias holds NaN"),
+  engine::save_checkpoint(dir + "/nan.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/nan.pt"); }).find("model.fc.bias holds NaN"),
             std::string::npos);
-  EXPECT_NE(test::message_of<DataError>([&] { load_weights(dir + "/nan.pt"); }).find("fc.bias"), std::string::npos);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_weights(dir + "/nan.pt"); }).find("fc.bias"), std::string::npos);
 }
 
-TEST(Checkpoint, ImpossiblePositionsAreRefusedNamingTheKey) {
+TEST(engine::Checkpoint, ImpossiblePositionsAreRefusedNamingTheKey) {
   const std::string dir = test::fresh_dir("ckpt_position");
-  Checkpoint c = small_checkpoint();
+  engine::Checkpoint c = small_checkpoint();
   c.epoch = -1;
-  save_checkpoint(dir + "/a.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/a.pt"); }).find("epoch = -1"), std::string::npos);
+  engine::save_checkpoint(dir + "/a.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/a.pt"); }).find("epoch = -1"), std::string::npos);
   c = small_checkpoint();
   c.world_size = 0;
-  save_checkpoint(dir + "/b.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/b.pt"); }).find("world_size = 0"),
+  engine::save_checkpoint(dir + "/b.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/b.pt"); }).find("world_size = 0"),
             std::string::npos);
   c = small_checkpoint();
   c.step_in_epoch = 5;  // of 2
-  save_checkpoint(dir + "/c.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/c.pt"); }).find("step_in_epoch = 5"),
+  engine::save_checkpoint(dir + "/c.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/c.pt"); }).find("step_in_epoch = 5"),
             std::string::npos);
   // Positive but impossible: an epoch past train.epochs' bound; a global step that is not the epochs' steps.
   c = small_checkpoint();
   c.epoch = int64_t{1} << 40;
-  save_checkpoint(dir + "/d.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/d.pt"); }).find("epoch = 1099511627776 is impossible"),
+  engine::save_checkpoint(dir + "/d.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/d.pt"); }).find("epoch = 1099511627776 is impossible"),
             std::string::npos);
   c = small_checkpoint();
   c.epoch = 50;
   c.global_step = 10;
-  save_checkpoint(dir + "/e.pt", c);
-  const std::string e = test::message_of<DataError>([&] { load_checkpoint(dir + "/e.pt"); });
+  engine::save_checkpoint(dir + "/e.pt", c);
+  const std::string e = test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/e.pt"); });
   EXPECT_NE(e.find(dir + "/e.pt: damaged checkpoint: global_step = 10 does not match epoch 50 x steps_per_epoch 2"),
             std::string::npos)
       << e;
 }
 
 // The momentum buffers are the parameters': one each, of its shape.
-TEST(Checkpoint, OptimizerStateThatDoesNotFitTheModelIsRefusedNamingTheEntry) {
+TEST(engine::Checkpoint, OptimizerStateThatDoesNotFitTheModelIsRefusedNamingTheEntry) {
   const std::string dir = test::fresh_dir("ckpt_optimizer");
-  Checkpoint c = small_checkpoint();
+  engine::Checkpoint c = small_checkpoint();
   c.optimizer["fc.weight"] = at::randn({2, 4});
   c.optimizer["fc.bias"] = at::randn({3});
-  save_checkpoint(dir + "/a.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/a.pt"); })
+  engine::save_checkpoint(dir + "/a.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/a.pt"); })
                 .find("optimizer.fc.bias has shape [3], its parameter [2]"),
             std::string::npos);
   c.optimizer.erase("fc.bias");
-  save_checkpoint(dir + "/b.pt", c);
+  engine::save_checkpoint(dir + "/b.pt", c);
   // A missing entry is known to be damage once the model's names are known to be the network's (a resume).
-  const Checkpoint lacking = load_checkpoint(dir + "/b.pt");
-  EXPECT_NE(test::message_of<DataError>([&] { check_optimizer_covers_model(lacking, lacking.path); })
+  const engine::Checkpoint lacking = engine::load_checkpoint(dir + "/b.pt");
+  EXPECT_NE(test::message_of<DataError>([&] { engine::check_optimizer_covers_model(lacking, lacking.path); })
                 .find(dir + "/b.pt: damaged checkpoint: optimizer lacks the momentum buffer of fc.bias"),
             std::string::npos);
   c.optimizer["layer9.weight"] = at::randn({1});
-  save_checkpoint(dir + "/c.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/c.pt"); })
+  engine::save_checkpoint(dir + "/c.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/c.pt"); })
                 .find("optimizer.layer9.weight belongs to no parameter"),
             std::string::npos);
 }
 
 // LAMB's state: two moments per parameter under "<kind>/<name>" and its step; the EMA and best.pt's raw
 // weights beside `model`; which optimizer and which weights. An older file (no optimizer_name) is SGD's.
-TEST(Checkpoint, OptimizerNameLambStateEmaAndBestWeightsRoundTrip) {
+TEST(engine::Checkpoint, OptimizerNameLambStateEmaAndBestWeightsRoundTrip) {
   const std::string dir = test::fresh_dir("ckpt_lamb_ema");
-  Checkpoint c = small_checkpoint();
+  engine::Checkpoint c = small_checkpoint();
   EXPECT_EQ(c.optimizer_name, "sgd");
   for (const char* kind : {"exp_avg/", "exp_avg_sq/"}) {
     for (const auto& [name, t] : c.model) c.optimizer[kind + name] = at::randn(t.sizes());
@@ -272,8 +272,8 @@ TEST(Checkpoint, OptimizerNameLambStateEmaAndBestWeightsRoundTrip) {
   c.model_raw = c.model;
   c.ema_updates = 14;
   c.best_weights = "ema";
-  save_checkpoint(dir + "/best.pt", c);
-  const Checkpoint r = load_checkpoint(dir + "/best.pt");
+  engine::save_checkpoint(dir + "/best.pt", c);
+  const engine::Checkpoint r = engine::load_checkpoint(dir + "/best.pt");
   EXPECT_EQ(r.optimizer_name, "lamb");
   ASSERT_EQ(r.optimizer.size(), 5u);
   for (const auto& [k, v] : c.optimizer) EXPECT_TRUE(at::equal(v, r.optimizer.at(k))) << k;
@@ -282,23 +282,23 @@ TEST(Checkpoint, OptimizerNameLambStateEmaAndBestWeightsRoundTrip) {
   EXPECT_EQ(r.ema_updates, 14);
   EXPECT_EQ(r.best_weights, "ema");
 
-  Checkpoint plain = small_checkpoint();
-  save_checkpoint(dir + "/plain.pt", plain);
-  const Checkpoint p = load_checkpoint(dir + "/plain.pt");
+  engine::Checkpoint plain = small_checkpoint();
+  engine::save_checkpoint(dir + "/plain.pt", plain);
+  const engine::Checkpoint p = engine::load_checkpoint(dir + "/plain.pt");
   EXPECT_EQ(p.optimizer_name, "sgd");
   EXPECT_TRUE(p.model_ema.empty() && p.model_raw.empty());
   EXPECT_EQ(p.best_weights, "");
 
   c.optimizer.erase("exp_avg_sq/fc.bias");
-  save_checkpoint(dir + "/a.pt", c);
-  const Checkpoint lacking = load_checkpoint(dir + "/a.pt");
-  EXPECT_NE(test::message_of<DataError>([&] { check_optimizer_covers_model(lacking, lacking.path); })
+  engine::save_checkpoint(dir + "/a.pt", c);
+  const engine::Checkpoint lacking = engine::load_checkpoint(dir + "/a.pt");
+  EXPECT_NE(test::message_of<DataError>([&] { engine::check_optimizer_covers_model(lacking, lacking.path); })
                 .find("optimizer lacks exp_avg_sq/fc.bias"),
             std::string::npos);
   c.optimizer["exp_avg_sq/fc.bias"] = at::randn({2});
   c.model_ema.erase("fc.bias");
-  save_checkpoint(dir + "/b.pt", c);
-  EXPECT_NE(test::message_of<DataError>([&] { load_checkpoint(dir + "/b.pt"); }).find("model_ema lacks fc.bias"),
+  engine::save_checkpoint(dir + "/b.pt", c);
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_checkpoint(dir + "/b.pt"); }).find("model_ema lacks fc.bias"),
             std::string::npos);
 }
 
@@ -326,7 +326,7 @@ void write_torch_zip(const std::string& path, const std::string& pickle, const s
   writer.writeRecord("data.pkl", pickle.data(), pickle.size());
   writer.writeRecord("data/0", storage.data(), storage.size() * sizeof(float));
   writer.writeEndOfFile();
-  write_file_atomic(path, out.data(), out.size());
+  engine::write_file_atomic(path, out.data(), out.size());
 }
 
 // torch.save(OrderedDict(fc.weight=tensor((2, 3)))) with the _metadata attribute every state_dict() carries:
@@ -342,33 +342,33 @@ std::string state_dict_pickle() {
   return p.bytes;
 }
 
-TEST(Checkpoint, AStateDictFromPythonLoadsAsWeightsAndResumeNamesInitFrom) {
+TEST(engine::Checkpoint, AStateDictFromPythonLoadsAsWeightsAndResumeNamesInitFrom) {
   const std::string dir = test::fresh_dir("ckpt_state_dict");
   write_torch_zip(dir + "/sd.pt", state_dict_pickle(), {1, 2, 3, 4, 5, 6});
-  const Weights w = load_weights(dir + "/sd.pt");
+  const engine::Weights w = engine::load_weights(dir + "/sd.pt");
   EXPECT_FALSE(w.checkpoint);
   EXPECT_TRUE(w.classes.empty());
   ASSERT_EQ(w.model.size(), 1u);
   const at::Tensor t = w.model.at("fc.weight");
   EXPECT_EQ(t.sizes(), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(t[1][2].item<float>(), 6.0f);
-  EXPECT_NE(test::message_of<ConfigError>([&] { load_checkpoint(dir + "/sd.pt"); }).find("train.init_from"),
+  EXPECT_NE(test::message_of<engine::CheckpointError>([&] { engine::load_checkpoint(dir + "/sd.pt"); }).find("train.init_from"),
             std::string::npos);
 }
 
-TEST(Checkpoint, AStorageShorterThanItsTensorIsRefused) {
+TEST(engine::Checkpoint, AStorageShorterThanItsTensorIsRefused) {
   const std::string dir = test::fresh_dir("ckpt_short_storage");
   write_torch_zip(dir + "/sd.pt", state_dict_pickle(), {1, 2, 3});  // 3 floats for a (2, 3) tensor
-  EXPECT_NE(test::message_of<DataError>([&] { load_weights(dir + "/sd.pt"); }).find("fewer than its 6 elements"),
+  EXPECT_NE(test::message_of<DataError>([&] { engine::load_weights(dir + "/sd.pt"); }).find("fewer than its 6 elements"),
             std::string::npos);
 }
 
-TEST(Checkpoint, APickleNamingAnythingButPlainDataIsRefusedNamingIt) {
+TEST(engine::Checkpoint, APickleNamingAnythingButPlainDataIsRefusedNamingIt) {
   const std::string dir = test::fresh_dir("ckpt_foreign");
   PickleText p;
   p.global("os", "system").str("true").op('\x85').op('R').op('.');
   write_torch_zip(dir + "/evil.pt", p.bytes, {});
-  EXPECT_NE(test::message_of<ConfigError>([&] { load_weights(dir + "/evil.pt"); }).find("names os.system"),
+  EXPECT_NE(test::message_of<engine::CheckpointError>([&] { engine::load_weights(dir + "/evil.pt"); }).find("names os.system"),
             std::string::npos);
 }
 

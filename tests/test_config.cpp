@@ -34,7 +34,7 @@ TEST(Config, ParsesEverySectionIntoOptionStructs) {
   EXPECT_DOUBLE_EQ(c.schedule.lr, 0.5);
   EXPECT_EQ(c.schedule.epochs, 3);
   EXPECT_TRUE(c.step.optimizer.sgd.nesterov);
-  EXPECT_EQ(c.step.precision, Precision::kBf16);
+  EXPECT_EQ(c.step.precision, engine::Precision::kBf16);
   EXPECT_TRUE(c.run.log_steps);
   const auto& p = c.pipeline;  // the preset applied to the flags
   EXPECT_EQ(p.mode, pipeline::Mode::kDualStream);
@@ -262,7 +262,7 @@ TEST(Config, SwitchKeysTakeTrueFalseOrAutoAndReadBack) {
   const Config defaults = parse_config_string(kBase, "cfg.toml");
   EXPECT_FALSE(defaults.train.channels_last.has_value());  // "auto"
   EXPECT_FALSE(defaults.train.cuda_graph.has_value());
-  EXPECT_EQ(defaults.dataset.decoder, Decoder::kAuto);
+  EXPECT_EQ(defaults.dataset.decoder, pipeline::Decoder::kAuto);
   EXPECT_FALSE(defaults.pipeline.mode.has_value());  // "auto"
   const Config c = parse_config_string(std::string(kBase) + "[train]\nchannels_last = true\ncuda_graph = \"auto\"\n",
                                        "cfg.toml", {"train.cuda_graph=false", "train.channels_last=auto"});

@@ -20,13 +20,13 @@
 #include <set>
 #include <sstream>
 
-#include "app/dist/distributed.h"
-#include "app/dist/grad_sync.h"
-#include "app/optim/loss_scaler.h"
-#include "app/optim/sgd.h"
+#include "engine/dist/distributed.h"
+#include "engine/dist/grad_sync.h"
+#include "engine/optim/loss_scaler.h"
+#include "engine/optim/sgd.h"
 #include "app/plan/plan.h"
-#include "app/run/checkpoint.h"
-#include "app/step/step_runner.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/step/step_runner.h"
 #include "app/train/evaluate.h"
 #include "data/loader/shard.h"
 #include "rank_process.h"
@@ -93,15 +93,15 @@ at::Tensor read_floats(const std::string& path) {
 // Rank part: kSteps SGD steps of the MLP on this rank's half of each global batch, gradients averaged by
 // GradSync (small buckets, so there are several); writes the final parameters to OUT/rank<r>.bin.
 int rank_grad_sync() {
-  const DistEnv env = dist_env_from_environment();
+  const engine::DistEnv env = engine::dist_env_from_environment();
   const std::string backend = env_or("PINFEED_TEST_BACKEND", "gloo");
   const c10::Device device = backend == "nccl" ? c10::Device(c10::kCUDA, env.local_rank) : c10::Device(c10::kCPU);
-  Distributed dist(env, device, backend, std::chrono::seconds(20));
+  engine::Distributed dist(env, device, backend, std::chrono::seconds(20));
   return dist.guard([&] {
     Mlp mlp(device);
     dist.broadcast(mlp.params);
-    GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, env_or("PINFEED_TEST_OVERLAP", "1") == "1");
-    Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+    engine::GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, env_or("PINFEED_TEST_OVERLAP", "1") == "1");
+    engine::Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
     const int die_after = std::atoi(env_or("PINFEED_TEST_DIE_AFTER", "0").c_str());
     for (int step = 0; step < kSteps; ++step) {
       if (die_after > 0 && env.rank == 1 && step == die_after) std::_Exit(9);  // as if killed
@@ -122,18 +122,18 @@ int rank_grad_sync() {
 // "scale skipped" to OUT/scaler<r>.txt.
 constexpr int kOverflowStep = 2;
 int rank_loss_scaler() {
-  const DistEnv env = dist_env_from_environment();
+  const engine::DistEnv env = engine::dist_env_from_environment();
   const c10::Device device(c10::kCPU);
-  Distributed dist(env, device, "gloo", std::chrono::seconds(20));
+  engine::Distributed dist(env, device, "gloo", std::chrono::seconds(20));
   return dist.guard([&] {
     Mlp mlp(device);
     dist.broadcast(mlp.params);
-    GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, /*overlap=*/true);
-    Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
-    LossScalerOptions o;
+    engine::GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, /*overlap=*/true);
+    engine::Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+    engine::LossScalerOptions o;
     o.init_scale = 1024;
     o.growth_interval = 1000;
-    LossScaler scaler(device, o);
+    engine::LossScaler scaler(device, o);
     for (int step = 0; step < kSteps; ++step) {
       const auto [x, y] = global_batch(step, device);
       sgd.zero_grad();
@@ -158,15 +158,15 @@ int rank_loss_scaler() {
 // Rank part: distributed validation of an untrained ResNet over PINFEED_TEST_DATA's val split; writes
 // "samples top1" to OUT/eval<r>.txt.
 int rank_eval() {
-  const DistEnv env = dist_env_from_environment();
+  const engine::DistEnv env = engine::dist_env_from_environment();
   const Config config = parse_config_string("[data]\nimage_size = 32\nworkers = 1\n[train]\ndevice = \"cpu\"\n"
                                             "batch_size = 5\nprecision = \"fp32\"\n",
                                             "eval.toml", {"data.root=\"" + env_or("PINFEED_TEST_DATA", "") + "\""});
   const Plan plan = resolve_plan(config, env);
-  Distributed dist(env, plan.device, name_of(plan.backend), std::chrono::seconds(20));
+  engine::Distributed dist(env, plan.device, name_of(plan.backend), std::chrono::seconds(20));
   auto val = std::make_shared<data::Dataset>(data::scan_image_folder(plan.dataset.root, "val"), plan.transform, false,
                                              plan.dataset.on_bad_image);
-  StepRunner runner(plan.step, 3, &dist);
+  engine::StepRunner runner(plan.step, 3, &dist);
   pipeline::Feeder feed(val, plan.val_loader, plan.pipeline, plan.feeder);
   const EvalResult r = evaluate(runner, feed, &dist);
   std::ofstream(env_or("PINFEED_TEST_OUT", ".") + "/eval" + std::to_string(env.rank) + ".txt")
@@ -202,7 +202,7 @@ void expect_two_ranks_match_one_rank_of_twice_the_batch(const std::string& backe
 
   // One process, the whole global batch, no synchronisation.
   Mlp mlp(c10::Device(c10::kCPU));
-  Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+  engine::Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
   for (int step = 0; step < kSteps; ++step) {
     const auto [x, y] = global_batch(step, c10::Device(c10::kCPU));
     sgd.zero_grad();
@@ -241,7 +241,7 @@ TEST(DataParallel, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
 
   // One process, the whole global batch, the overflowing step left out.
   Mlp mlp(c10::Device(c10::kCPU));
-  Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
+  engine::Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
   for (int step = 0; step < kSteps; ++step) {
     if (step == kOverflowStep) continue;
     const auto [x, y] = global_batch(step, c10::Device(c10::kCPU));
@@ -459,7 +459,7 @@ TEST(DataParallel, EveryRanksBadFilesAreListedOnceByRankZero) {
 }
 
 std::map<std::string, at::Tensor> all_state(const std::string& checkpoint) {
-  const Checkpoint ck = load_checkpoint(checkpoint);
+  const engine::Checkpoint ck = engine::load_checkpoint(checkpoint);
   std::map<std::string, at::Tensor> out;
   for (const auto& [k, v] : ck.model) out["model." + k] = v;
   for (const auto& [k, v] : ck.optimizer) out["momentum." + k] = v;
@@ -534,7 +534,7 @@ int main(int argc, char** argv) {
       if (std::string(part) == "grad_sync") return pinfeed::app::rank_grad_sync();
       if (std::string(part) == "eval") return pinfeed::app::rank_eval();
       if (std::string(part) == "loss_scaler") return pinfeed::app::rank_loss_scaler();
-    } catch (const pinfeed::app::PeerFailed& e) {
+    } catch (const pinfeed::engine::PeerFailed& e) {
       std::fprintf(stderr, "rank stopped: %s\n", e.what());
       return 5;
     } catch (const std::exception& e) {

@@ -26,7 +26,7 @@ namespace {
 
 #define SKIP_WITHOUT_NVJPEG()                                                                      \
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";                                          \
-  if (!gpu::JpegDecoder::unavailable_reason().empty()) GTEST_SKIP() << gpu::JpegDecoder::unavailable_reason()
+  if (!pipeline::JpegDecoder::unavailable_reason().empty()) GTEST_SKIP() << pipeline::JpegDecoder::unavailable_reason()
 
 const c10::Device kCuda(c10::kCUDA, 0);
 
@@ -49,7 +49,7 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
       const data::Dataset cpu(folder, o, train, data::BadImagePolicy::kFail);
       o.gpu_decode = true;
       const data::Dataset gpu_ds(folder, o, train, data::BadImagePolicy::kFail);
-      gpu::JpegDecoder decoder(kCuda, o, /*budget_bytes=*/8 << 20);  // small: several chunks per batch
+      pipeline::JpegDecoder decoder(kCuda, o, /*budget_bytes=*/8 << 20);  // small: several chunks per batch
       const c10::Stream stream = gpu::new_stream(kCuda);
       for (int64_t epoch = 0; epoch < 2; ++epoch) {
         std::vector<data::EncodedImage> encoded(n);
@@ -100,7 +100,7 @@ TEST(GpuDecode, PixelsMatchTheCpuPathWithinASmallMeanAbsoluteDifference) {
           }
         }
       }
-      const gpu::JpegDecodeStats s = decoder.stats();
+      const pipeline::JpegDecodeStats s = decoder.stats();
       EXPECT_EQ(s.cpu_fallback, 0);
       EXPECT_GT(s.hybrid, 0);  // the progressive files
       if (s.hardware_backend) {
@@ -127,7 +127,7 @@ TEST(GpuDecode, MemoryAllocatedAfterADecodeKeepsWhatWasWrittenInIt) {
   o.format = data::PixelFormat::kUint8Hwc;
   o.gpu_decode = true;
   const data::Dataset ds(folder, o, /*train=*/true, data::BadImagePolicy::kFail);
-  gpu::JpegDecoder decoder(kCuda, o, /*budget_bytes=*/8 << 20);
+  pipeline::JpegDecoder decoder(kCuda, o, /*budget_bytes=*/8 << 20);
   const c10::Stream stream = gpu::new_stream(kCuda);
   const auto on_cuda = at::TensorOptions().dtype(at::kByte).device(kCuda);
   for (int64_t epoch = 0; epoch < 8; ++epoch) {

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 TEST(GpuTrace, DualStreamTraceHoldsTheKernelsOnTheComputeStreamAndTheCopiesOnTheirOwn) {
-  StopRequest stop;
+  engine::StopRequest stop;
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const std::string root = test::make_dataset("gpu_trace", 2, 32, 1, 40);  // 4 steps an epoch
   const Config c = parse_config_string(

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "app/plan/datasets.h"
-#include "app/step/autocast.h"
-#include "app/step/step_runner.h"
+#include "engine/step/autocast.h"
+#include "engine/step/step_runner.h"
 #include "app/train/resume.h"
 #include "pipeline/transfer/feeder.h"
 #include "gpu/gpu.h"
@@ -52,10 +52,10 @@ TEST(GpuTrain, ANewUsersConfigTakesTheFastPathOnCuda) {
   const Plan p = resolve_plan(minimal);
   EXPECT_TRUE(p.step.channels_last);
   EXPECT_TRUE(p.step.cuda_graph);
-  EXPECT_EQ(p.transform.gpu_decode, gpu::JpegDecoder::unavailable_reason().empty());
+  EXPECT_EQ(p.transform.gpu_decode, pipeline::JpegDecoder::unavailable_reason().empty());
   EXPECT_EQ(pipeline::mode_name(p.pipeline), "dual_stream");
   EXPECT_EQ(parse_config_string(to_toml(p), "again.toml").train.cuda_graph, std::nullopt);  // still "auto"
-  DistEnv two_ranks;
+  engine::DistEnv two_ranks;
   two_ranks.world = two_ranks.local_world = 2;
   EXPECT_FALSE(resolve_plan(minimal, two_ranks).step.cuda_graph);  // eager with several ranks, said in the log
   const auto e = test::message_of<ConfigError>([&] {
@@ -68,7 +68,7 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const auto [images, labels] = random_batches(3);
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
-    StepRunner eager(resolve_plan(config(false, precision)).step, 10),
+    engine::StepRunner eager(resolve_plan(config(false, precision)).step, 10),
         graphed(resolve_plan(config(true, precision)).step, 10);
     for (int i = 0; i < 6; ++i) {
       const double a = eager.train_step(images[i], labels[i], 0.05).item<double>();
@@ -89,7 +89,7 @@ TEST(GpuTrain, CudaGraphStepWithLarsLambAndEmaMatchesTheEagerStep) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const auto [images, labels] = random_batches(7);
   // The model's parameters and buffers by name, as the EMA names them.
-  auto weights = [](StepRunner& r) {
+  auto weights = [](engine::StepRunner& r) {
     std::map<std::string, at::Tensor> out;
     for (const auto& items : {r.model()->named_parameters(), r.model()->named_buffers()}) {
       for (const auto& item : items) {
@@ -105,7 +105,7 @@ TEST(GpuTrain, CudaGraphStepWithLarsLambAndEmaMatchesTheEagerStep) {
       ema[name] = ema.count(name) && t.is_floating_point() ? 0.5 * ema[name] + 0.5 * t : t;
     }
   };
-  auto expect_ema = [](const std::map<std::string, at::Tensor>& want, StepRunner& r, const char* which) {
+  auto expect_ema = [](const std::map<std::string, at::Tensor>& want, engine::StepRunner& r, const char* which) {
     const auto got = r.ema()->state();
     ASSERT_EQ(got.size(), want.size()) << which;
     for (const auto& [name, t] : want) {
@@ -121,7 +121,7 @@ TEST(GpuTrain, CudaGraphStepWithLarsLambAndEmaMatchesTheEagerStep) {
     for (const char* precision : {"bf16", "fp16"}) {
       SCOPED_TRACE(std::string(optimizer) + " " + precision);
       const std::string extra = std::string("optimizer = \"") + optimizer + "\"\nema = true\nema_decay = 0.5\n";
-      StepRunner eager(resolve_plan(config(false, precision, extra)).step, 10),
+      engine::StepRunner eager(resolve_plan(config(false, precision, extra)).step, 10),
           graphed(resolve_plan(config(true, precision, extra)).step, 10);
       std::map<std::string, at::Tensor> eager_ema, graphed_ema;
       for (int i = 0; i < 6; ++i) {
@@ -158,7 +158,7 @@ TEST(GpuTrain, Fp16OverflowSkipsLarsAndLambStepsOnTheDevice) {
   for (const char* optimizer : {"lars", "lamb"}) {
     for (const bool graph : {false, true}) {
       SCOPED_TRACE(std::string(optimizer) + (graph ? " graphed" : " eager"));
-      StepRunner runner(resolve_plan(config(graph, "fp16", std::string("optimizer = \"") + optimizer +
+      engine::StepRunner runner(resolve_plan(config(graph, "fp16", std::string("optimizer = \"") + optimizer +
                                                                "\"\nema = true\nloss_scale_init = 1e30\n"))
                             .step,
                         10);
@@ -189,12 +189,12 @@ TEST(GpuTrain, BlurPoolUnderTheFastPathGivesThePlainPathsOutput) {
   const Plan unblurred = resolve_plan(config(false, "fp16", model + "fused_bn = \"off\"\n"));
   ASSERT_TRUE(fast.step.net.fused_bn && fast.step.net.fold_grad_add && fast.step.cuda_graph);
   ASSERT_EQ(fast.step.net.bn_graph, pinfeed::model::GraphBatchNorm::kConv);
-  StepRunner fast_runner(fast.step, 10), eager_runner(fast_eager.step, 10), plain_runner(plain.step, 10),
+  engine::StepRunner fast_runner(fast.step, 10), eager_runner(fast_eager.step, 10), plain_runner(plain.step, 10),
       unblurred_runner(unblurred.step, 10);
   const auto [images, labels] = random_batches(11);
   const at::Tensor first = images[0];
-  auto logits = [&first](StepRunner& r) {
-    AutocastScope scope(at::kHalf);
+  auto logits = [&first](engine::StepRunner& r) {
+    engine::AutocastScope scope(at::kHalf);
     return r.model()->forward(first).to(at::kFloat).detach();  // training mode: the fused kernels' path
   };
   const at::Tensor want = logits(plain_runner);
@@ -219,7 +219,7 @@ TEST(GpuTrain, CudaGraphSwitchesSidesLikeTheEagerStep) {
   at::manual_seed(5);
   const std::vector<int64_t> sides{64, 96, 64, 96, 64, 128};
   for (const char* precision : {"bf16", "fp16"}) {
-    StepRunner eager(resolve_plan(config(false, precision)).step, 10),
+    engine::StepRunner eager(resolve_plan(config(false, precision)).step, 10),
         graphed(resolve_plan(config(true, precision)).step, 10);
     std::vector<int> graphs;
     for (size_t i = 0; i < sides.size(); ++i) {
@@ -244,13 +244,13 @@ TEST(GpuTrain, PlansBuiltAheadLeaveTheNewSidesCaptureNothingToBuild) {
   const bool benchmark = at::globalContext().benchmarkCuDNN();
   at::globalContext().setBenchmarkCuDNN(false);
   at::manual_seed(6);
-  StepRunner eager(resolve_plan(config(false, "fp16")).step, 10), graphed(resolve_plan(config(true, "fp16")).step, 10);
+  engine::StepRunner eager(resolve_plan(config(false, "fp16")).step, 10), graphed(resolve_plan(config(true, "fp16")).step, 10);
   graphed.plan_ahead(80);
   for (const int64_t side : {48, 48, 80, 48, 80}) {
     const at::Tensor images =
         at::randn({16, 3, side, side}, at::TensorOptions().device(cuda)).contiguous(c10::MemoryFormat::ChannelsLast);
     const at::Tensor labels = at::randint(10, {16}, at::TensorOptions().device(cuda).dtype(at::kLong));
-    const StepRunner::CaptureCost before = graphed.capture_cost();
+    const engine::StepRunner::CaptureCost before = graphed.capture_cost();
     const double b = graphed.train_step(images, labels, 0.05).item<double>();  // first: the eager step would build
     const double a = eager.train_step(images, labels, 0.05).item<double>();
     EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << side << " px";
@@ -268,7 +268,7 @@ TEST(GpuTrain, PlansBuiltAheadLeaveTheNewSidesCaptureNothingToBuild) {
 // the decoded batches must match the eager ones.
 TEST(GpuTrain, CudaGraphIsCapturedWhileTheCopierDecodesWithNvjpeg) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
-  if (const std::string why = gpu::JpegDecoder::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = pipeline::JpegDecoder::unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::string root = test::make_dataset("gpu_graph_nvjpeg", 4, 40, 1, 96);
   auto make_config = [&](bool graph) {
     return parse_config_string("[data]\nroot = \"" + root + "\"\nimage_size = 64\nworkers = 2\ndecoder = \"nvjpeg\"\n" +
@@ -279,8 +279,8 @@ TEST(GpuTrain, CudaGraphIsCapturedWhileTheCopierDecodesWithNvjpeg) {
   const Plan graph_plan = resolve_plan(make_config(true));
   ASSERT_TRUE(graph_plan.transform.gpu_decode && graph_plan.step.cuda_graph);
   const Datasets sets = open_datasets(graph_plan, false);
-  StepRunner eager(resolve_plan(make_config(false)).step, sets.num_classes);
-  StepRunner graphed(graph_plan.step, sets.num_classes);
+  engine::StepRunner eager(resolve_plan(make_config(false)).step, sets.num_classes);
+  engine::StepRunner graphed(graph_plan.step, sets.num_classes);
   pipeline::Feeder feeder(sets.train, graph_plan.train_loader, graph_plan.pipeline, graph_plan.feeder);
   int steps = 0;
   for (int64_t epoch = 0; epoch < 2; ++epoch) {  // the second epoch's first batches decoded during the first's
@@ -358,12 +358,12 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
     SCOPED_TRACE(std::string(precision) + " " + extra);
     const Plan plan = resolve_plan(config(true, precision, extra));
     std::vector<at::Tensor> whole_losses, split_losses;
-    StepRunner whole(plan.step, 10);
+    engine::StepRunner whole(plan.step, 10);
     for (int i = 0; i < 6; ++i) whole_losses.push_back(whole.train_step(images[i], labels[i], 0.05).clone());
-    StepRunner first(plan.step, 10);
+    engine::StepRunner first(plan.step, 10);
     for (int i = 0; i < 3; ++i) split_losses.push_back(first.train_step(images[i], labels[i], 0.05).clone());
-    const Checkpoint ck = make_checkpoint(first, plan, 0, 3, 3, RunShape{1, 16, 96, 6, {}});
-    StepRunner resumed(plan.step, 10);
+    const engine::Checkpoint ck = make_checkpoint(first, plan, 0, 3, 3, RunShape{1, 16, 96, 6, {}});
+    engine::StepRunner resumed(plan.step, 10);
     restore_checkpoint(resumed, ck);
     for (int i = 3; i < 6; ++i) split_losses.push_back(resumed.train_step(images[i], labels[i], 0.05).clone());
     ASSERT_TRUE(whole.graphs() == 1 && resumed.graphs() == 1);  // full batches: captured, not eager
@@ -372,8 +372,8 @@ TEST(GpuTrain, CudaGraphResumeEqualsTheUninterruptedGraphedRunBitForBit) {
           << precision << " loss of step " << i << ": " << whole_losses[i].item<double>() << " vs "
           << split_losses[i].item<double>();
     }
-    const Checkpoint a = make_checkpoint(whole, plan, 0, 6, 6, RunShape{1, 16, 96, 6, {}});
-    const Checkpoint b = make_checkpoint(resumed, plan, 0, 6, 6, RunShape{1, 16, 96, 6, {}});
+    const engine::Checkpoint a = make_checkpoint(whole, plan, 0, 6, 6, RunShape{1, 16, 96, 6, {}});
+    const engine::Checkpoint b = make_checkpoint(resumed, plan, 0, 6, 6, RunShape{1, 16, 96, 6, {}});
     auto expect_equal = [&](const std::map<std::string, at::Tensor>& x, const std::map<std::string, at::Tensor>& y,
                             const char* what) {
       ASSERT_EQ(x.size(), y.size()) << what;
@@ -421,8 +421,8 @@ TEST(GpuTrain, FusedBatchNormTrainsAlongTheUnfusedLossCurve) {
     ASSERT_EQ(fused_plan.step.net.bn_graph, bn_graph) << pinfeed::model::to_string(fused_plan.step.net.bn_graph);
     ASSERT_FALSE(unfused_plan.step.net.fused_bn);
     // same seed: same initial weights
-    StepRunner fused(fused_plan.step, 10), unfused(unfused_plan.step, 10);
-    auto statistics = [](StepRunner& r) {
+    engine::StepRunner fused(fused_plan.step, 10), unfused(unfused_plan.step, 10);
+    auto statistics = [](engine::StepRunner& r) {
       std::map<std::string, at::Tensor> out;
       for (const auto& item : r.model()->named_buffers()) out[item.key()] = item.value().detach().clone();
       return out;
@@ -474,7 +474,7 @@ TEST(GpuTrain, Fp16OverflowSkipsTheStepAndHalvesTheLossScale) {
   const auto [images, labels] = random_batches(9);
   for (const bool graph : {false, true}) {
     SCOPED_TRACE(graph ? "graphed" : "eager");
-    StepRunner runner(resolve_plan(config(graph, "fp16", "loss_scale_init = 1e30\n")).step, 10);
+    engine::StepRunner runner(resolve_plan(config(graph, "fp16", "loss_scale_init = 1e30\n")).step, 10);
     ASSERT_NE(runner.loss_scaler(), nullptr);
     const at::Tensor w0 = runner.model()->fc->weight.detach().clone();
     runner.train_step(images[0], labels[0], 0.05);

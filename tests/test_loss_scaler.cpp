@@ -1,4 +1,4 @@
-// The fp16 loss scaler (app/optim/loss_scaler.h) and the optimizer's skip, on the CPU: ATen's amp kernels run there
+// The fp16 loss scaler (engine/optim/loss_scaler.h) and the optimizer's skip, on the CPU: ATen's amp kernels run there
 // too, so the semantics are checked without a GPU; the GPU tests train with them.
 #include <gtest/gtest.h>
 
@@ -12,21 +12,21 @@
 #include <limits>
 #include <stdexcept>
 
-#include "app/optim/loss_scaler.h"
-#include "app/optim/sgd.h"
+#include "engine/optim/loss_scaler.h"
+#include "engine/optim/sgd.h"
 
 namespace pinfeed::app {
 namespace {
 
-LossScaler scaler(double init = 1024, int64_t growth_interval = 3) {
-  LossScalerOptions o;
+engine::LossScaler scaler(double init = 1024, int64_t growth_interval = 3) {
+  engine::LossScalerOptions o;
   o.init_scale = init;
   o.growth_interval = growth_interval;
-  return LossScaler(c10::Device(c10::kCPU), o);
+  return engine::LossScaler(c10::Device(c10::kCPU), o);
 }
 
-TEST(LossScaler, ScalesTheLossAndUnscalesTheGradients) {
-  LossScaler s = scaler(1024);
+TEST(engine::LossScaler, ScalesTheLossAndUnscalesTheGradients) {
+  engine::LossScaler s = scaler(1024);
   EXPECT_FLOAT_EQ(s.scale(at::tensor(0.5)).item<float>(), 512.0f);
   std::vector<at::Tensor> grads = {at::full({4}, 2048.0), at::full({2, 2}, -1024.0)};
   s.unscale(grads);
@@ -35,9 +35,9 @@ TEST(LossScaler, ScalesTheLossAndUnscalesTheGradients) {
   EXPECT_EQ(s.found_inf().item<float>(), 0);
 }
 
-TEST(LossScaler, AnInfOrNanGradientBacksOffAndCountsASkippedStep) {
+TEST(engine::LossScaler, AnInfOrNanGradientBacksOffAndCountsASkippedStep) {
   for (const double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
-    LossScaler s = scaler(1024);
+    engine::LossScaler s = scaler(1024);
     std::vector<at::Tensor> grads = {at::ones({3}), at::tensor({1.0, bad})};
     s.unscale(grads);
     EXPECT_EQ(s.found_inf().item<float>(), 1);
@@ -53,8 +53,8 @@ TEST(LossScaler, AnInfOrNanGradientBacksOffAndCountsASkippedStep) {
   }
 }
 
-TEST(LossScaler, GrowsAfterGrowthIntervalCleanStepsInARow) {
-  LossScaler s = scaler(1024, /*growth_interval=*/3);
+TEST(engine::LossScaler, GrowsAfterGrowthIntervalCleanStepsInARow) {
+  engine::LossScaler s = scaler(1024, /*growth_interval=*/3);
   std::vector<at::Tensor> grads = {at::ones({2})};
   auto clean_step = [&] {
     s.unscale(grads);
@@ -78,8 +78,8 @@ TEST(LossScaler, GrowsAfterGrowthIntervalCleanStepsInARow) {
   EXPECT_EQ(s.current_scale(), 2048);
 }
 
-TEST(LossScaler, StateRoundTripsAndResumesTheSameSchedule) {
-  LossScaler a = scaler(1024, 3);
+TEST(engine::LossScaler, StateRoundTripsAndResumesTheSameSchedule) {
+  engine::LossScaler a = scaler(1024, 3);
   std::vector<at::Tensor> grads = {at::ones({2})};
   a.unscale(grads);
   a.update();
@@ -87,7 +87,7 @@ TEST(LossScaler, StateRoundTripsAndResumesTheSameSchedule) {
   a.update();  // two clean steps of three
   std::map<std::string, at::Tensor> saved;
   for (const auto& [name, t] : a.state()) saved[name] = t.clone();
-  LossScaler b = scaler(65536, 3);
+  engine::LossScaler b = scaler(65536, 3);
   b.load_state(saved);
   EXPECT_EQ(b.current_scale(), 1024);
   b.unscale(grads);
@@ -95,8 +95,8 @@ TEST(LossScaler, StateRoundTripsAndResumesTheSameSchedule) {
   EXPECT_EQ(b.current_scale(), 2048);
 }
 
-TEST(LossScaler, RefusesAStateWithABadScaleOrMissingKeys) {
-  LossScaler s = scaler();
+TEST(engine::LossScaler, RefusesAStateWithABadScaleOrMissingKeys) {
+  engine::LossScaler s = scaler();
   auto state = [](double scale) {
     return std::map<std::string, at::Tensor>{{"scale", at::tensor(scale, at::kFloat)},
                                              {"growth_tracker", at::tensor(0, at::kInt)},
@@ -111,10 +111,10 @@ TEST(LossScaler, RefusesAStateWithABadScaleOrMissingKeys) {
   EXPECT_THROW(s.load_state(partial), std::runtime_error);
 }
 
-TEST(Sgd, FoundInfSkipsTheWholeStepMomentumIncluded) {
+TEST(engine::Sgd, FoundInfSkipsTheWholeStepMomentumIncluded) {
   at::Tensor w = at::ones({3});
   w.mutable_grad() = at::full({3}, 0.5);
-  Sgd sgd({{"w", w}}, {}, SgdOptions{0.9, false, 1e-4});
+  engine::Sgd sgd({{"w", w}}, {}, engine::SgdOptions{0.9, false, 1e-4});
   sgd.step(0.1, at::ones({}));  // skipped
   EXPECT_TRUE(w.equal(at::ones({3})));
   EXPECT_TRUE(sgd.state().at("w").equal(at::zeros({3})));

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "app/optim/ema.h"
-#include "app/optim/optimizer.h"
+#include "engine/optim/ema.h"
+#include "engine/optim/optimizer.h"
 
 namespace pinfeed::app {
 namespace {
@@ -35,8 +35,8 @@ Named clone(const Named& named) {
   return out;
 }
 
-OptimizerOptions options_for(OptimizerKind kind) {
-  OptimizerOptions o;
+engine::OptimizerOptions options_for(engine::OptimizerKind kind) {
+  engine::OptimizerOptions o;
   o.kind = kind;
   o.sgd.weight_decay = 0.01;
   o.lars.eta = 0.02;
@@ -49,11 +49,11 @@ void set_grads(Named& named, int k) {
   for (auto& [n, p] : named) p.mutable_grad() = at::randn(p.sizes()) * (1 + k);
 }
 
-std::unique_ptr<Optimizer> make(const Named& named, OptimizerKind kind) {
-  return make_optimizer(named, bn_and_bias_names(named), options_for(kind));
+std::unique_ptr<engine::Optimizer> make(const Named& named, engine::OptimizerKind kind) {
+  return engine::make_optimizer(named, engine::bn_and_bias_names(named), options_for(kind));
 }
 
-void steps(Optimizer& o, Named& named, int from, int to) {
+void steps(engine::Optimizer& o, Named& named, int from, int to) {
   for (int k = from; k < to; ++k) {
     o.zero_grad();
     set_grads(named, k);
@@ -71,23 +71,23 @@ void expect_equal(const std::map<std::string, at::Tensor>& a, const std::map<std
   for (const auto& [n, t] : a) EXPECT_TRUE(t.equal(b.at(n))) << what << " " << n;
 }
 
-const OptimizerKind kKinds[] = {OptimizerKind::kSgd, OptimizerKind::kLars, OptimizerKind::kLamb};
+const engine::OptimizerKind kKinds[] = {engine::OptimizerKind::kSgd, engine::OptimizerKind::kLars, engine::OptimizerKind::kLamb};
 
-TEST(Optimizer, EachNameOfTheRegistryMakesItsOptimizer) {
+TEST(engine::Optimizer, EachNameOfTheRegistryMakesItsOptimizer) {
   std::vector<std::string> names;
-  for (const auto& [name, kind] : optimizer_names()) {
+  for (const auto& [name, kind] : engine::optimizer_names()) {
     names.push_back(name);
     EXPECT_EQ(name_of(kind), name);
     Named p = fresh_params();
     EXPECT_NE(make(p, kind), nullptr);
   }
   EXPECT_EQ(names, (std::vector<std::string>{"sgd", "lars", "lamb"}));
-  EXPECT_EQ(bn_and_bias_names(fresh_params()), (std::vector<std::string>{"bn1.weight", "bn1.bias", "fc.bias"}));
+  EXPECT_EQ(engine::bn_and_bias_names(fresh_params()), (std::vector<std::string>{"bn1.weight", "bn1.bias", "fc.bias"}));
 }
 
 // A captured graph reads the rate from a device scalar: the same bytes as the number's step.
-TEST(Optimizer, ARateFromATensorStepsAsTheNumberDoes) {
-  for (const OptimizerKind kind : kKinds) {
+TEST(engine::Optimizer, ARateFromATensorStepsAsTheNumberDoes) {
+  for (const engine::OptimizerKind kind : kKinds) {
     Named a = fresh_params(), b = clone(a);
     auto oa = make(a, kind), ob = make(b, kind);
     for (int k = 0; k < 3; ++k) {
@@ -102,8 +102,8 @@ TEST(Optimizer, ARateFromATensorStepsAsTheNumberDoes) {
 }
 
 // The fp16 loss scaler's overflow: infinite gradients, found_inf 1. Nothing moves, the step count included.
-TEST(Optimizer, FoundInfSkipsTheWholeStepStateIncluded) {
-  for (const OptimizerKind kind : kKinds) {
+TEST(engine::Optimizer, FoundInfSkipsTheWholeStepStateIncluded) {
+  for (const engine::OptimizerKind kind : kKinds) {
     Named p = fresh_params();
     auto o = make(p, kind);
     steps(*o, p, 0, 2);
@@ -120,8 +120,8 @@ TEST(Optimizer, FoundInfSkipsTheWholeStepStateIncluded) {
 }
 
 // A checkpoint's state, loaded into a new optimizer over the same weights, goes on bit for bit.
-TEST(Optimizer, StateLoadedIntoANewOptimizerContinuesBitForBit) {
-  for (const OptimizerKind kind : kKinds) {
+TEST(engine::Optimizer, StateLoadedIntoANewOptimizerContinuesBitForBit) {
+  for (const engine::OptimizerKind kind : kKinds) {
     Named whole = fresh_params(), split = clone(whole);
     auto ow = make(whole, kind);
     steps(*ow, whole, 0, 4);
@@ -141,8 +141,8 @@ TEST(Optimizer, StateLoadedIntoANewOptimizerContinuesBitForBit) {
 }
 
 // What a graph's capture does when the run had no state yet: the warm-up's state reset, the next step a first one.
-TEST(Optimizer, ResetStateStepsAsAFreshOptimizer) {
-  for (const OptimizerKind kind : kKinds) {
+TEST(engine::Optimizer, ResetStateStepsAsAFreshOptimizer) {
+  for (const engine::OptimizerKind kind : kKinds) {
     Named fresh = fresh_params(), reset = clone(fresh);
     auto of = make(fresh, kind), orr = make(reset, kind);
     steps(*orr, reset, 0, 2);
@@ -155,8 +155,8 @@ TEST(Optimizer, ResetStateStepsAsAFreshOptimizer) {
 }
 
 // A parameter without a gradient is left alone; the others step.
-TEST(Optimizer, AParameterWithoutAGradientIsLeftAlone) {
-  for (const OptimizerKind kind : kKinds) {
+TEST(engine::Optimizer, AParameterWithoutAGradientIsLeftAlone) {
+  for (const engine::OptimizerKind kind : kKinds) {
     Named p = fresh_params();
     auto o = make(p, kind);
     set_grads(p, 0);
@@ -170,30 +170,30 @@ TEST(Optimizer, AParameterWithoutAGradientIsLeftAlone) {
 
 // ModelEmaV3.get_decay(step): 0 for the first update, then the decay, or with warm-up
 // 1 - (1 + (n - 1) / gamma)^-power within [min_decay, decay].
-TEST(WeightEma, DecayFollowsModelEmaV3) {
-  EmaOptions o;
+TEST(engine::WeightEma, DecayFollowsModelEmaV3) {
+  engine::EmaOptions o;
   o.decay = 0.9998;
-  EXPECT_EQ(ema_decay(o, 0), 0.0);
-  EXPECT_EQ(ema_decay(o, 1), 0.0);
-  EXPECT_EQ(ema_decay(o, 2), 0.9998);
-  EXPECT_EQ(ema_decay(o, 1000000), 0.9998);
+  EXPECT_EQ(engine::ema_decay(o, 0), 0.0);
+  EXPECT_EQ(engine::ema_decay(o, 1), 0.0);
+  EXPECT_EQ(engine::ema_decay(o, 2), 0.9998);
+  EXPECT_EQ(engine::ema_decay(o, 1000000), 0.9998);
   o.warmup = true;
-  EXPECT_EQ(ema_decay(o, 1), 0.0);
-  EXPECT_NEAR(ema_decay(o, 2), 1 - std::pow(2.0, -2.0 / 3), 1e-15);
-  EXPECT_NEAR(ema_decay(o, 1001), 1 - std::pow(1001.0, -2.0 / 3), 1e-15);
-  EXPECT_EQ(ema_decay(o, 1e9), 0.9998);  // capped by the decay
+  EXPECT_EQ(engine::ema_decay(o, 1), 0.0);
+  EXPECT_NEAR(engine::ema_decay(o, 2), 1 - std::pow(2.0, -2.0 / 3), 1e-15);
+  EXPECT_NEAR(engine::ema_decay(o, 1001), 1 - std::pow(1001.0, -2.0 / 3), 1e-15);
+  EXPECT_EQ(engine::ema_decay(o, 1e9), 0.9998);  // capped by the decay
   o.min_decay = 0.5, o.warmup_gamma = 4, o.warmup_power = 1;
-  EXPECT_EQ(ema_decay(o, 2), 0.5);                  // 1 - 1 / 1.25 = 0.2, raised to min_decay
-  EXPECT_NEAR(ema_decay(o, 13), 1 - 1 / 4.0, 1e-15);  // 1 - (1 + 12 / 4)^-1
+  EXPECT_EQ(engine::ema_decay(o, 2), 0.5);                  // 1 - 1 / 1.25 = 0.2, raised to min_decay
+  EXPECT_NEAR(engine::ema_decay(o, 13), 1 - 1 / 4.0, 1e-15);  // 1 - (1 + 12 / 4)^-1
 }
 
 // The first update copies the model exactly (decay 0); the next average floating tensors and copy the rest.
-TEST(WeightEma, FirstUpdateCopiesTheModelThenAveragesFloatsAndCopiesTheRest) {
+TEST(engine::WeightEma, FirstUpdateCopiesTheModelThenAveragesFloatsAndCopiesTheRest) {
   Named model = {{"w", at::full({3}, 2.0f)}, {"count", at::full({}, 5, at::kLong)}};
   Named ema = {{"w", at::zeros({3})}, {"count", at::zeros({}, at::kLong)}};
-  EmaOptions o;
+  engine::EmaOptions o;
   o.decay = 0.75;
-  WeightEma e(ema, model, o);
+  engine::WeightEma e(ema, model, o);
   EXPECT_TRUE(ema[0].second.equal(model[0].second)) << "starts as a copy";
   model[0].second.fill_(3.0f);
   e.advance();
@@ -215,13 +215,13 @@ TEST(WeightEma, FirstUpdateCopiesTheModelThenAveragesFloatsAndCopiesTheRest) {
 // warm-up and captured runs apply it (lr 0, the weights unchanged), the EMA's tensors are put back, and the
 // replay applies it with the decay advance() set. The sequence, at the first update and at a later one, ends as
 // the one without a capture, bit for bit, and the count of updates is the steps'.
-TEST(WeightEma, ASimulatedCaptureLeavesTheSequenceAsWithout) {
+TEST(engine::WeightEma, ASimulatedCaptureLeavesTheSequenceAsWithout) {
   for (const int capture_at : {1, 3}) {
     Named model = {{"w", at::full({3}, 2.0f)}, {"count", at::full({}, 5, at::kLong)}};
     Named plain = {{"w", at::zeros({3})}, {"count", at::zeros({}, at::kLong)}}, graphed = clone(plain);
-    EmaOptions o;
+    engine::EmaOptions o;
     o.decay = 0.5;
-    WeightEma p(plain, model, o), g(graphed, model, o);
+    engine::WeightEma p(plain, model, o), g(graphed, model, o);
     for (int step = 1; step <= 5; ++step) {
       p.advance();
       g.advance();

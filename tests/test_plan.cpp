@@ -33,7 +33,7 @@ TEST(Plan, MaxImagePixelsReachesTheTransformOptions) {
 TEST(Plan, TheGpuDecoderFallsBackToTheCpusOnTheCpu) {
   const Plan nvjpeg = resolve_plan(cpu_config({"data.decoder=nvjpeg"}));
   EXPECT_FALSE(nvjpeg.transform.gpu_decode);
-  EXPECT_EQ(nvjpeg.dataset.decoder, Decoder::kCpu);  // what the run folder's config.toml records
+  EXPECT_EQ(nvjpeg.dataset.decoder, pipeline::Decoder::kCpu);  // what the run folder's config.toml records
   const Plan automatic = resolve_plan(cpu_config({"data.decoder=auto"}));
   EXPECT_FALSE(automatic.transform.gpu_decode);
   EXPECT_EQ(automatic.transform.format, data::PixelFormat::kFloat32Chw);  // pipeline.transfer_dtype as given
@@ -44,10 +44,10 @@ TEST(Plan, TheGpuDecoderFallsBackToTheCpusOnTheCpu) {
 
 TEST(Plan, HalfPrecisionOnTheCpuStepsInFp32) {
   for (const char* half : {"train.precision=\"fp16\"", "train.precision=\"bf16\""}) {
-    EXPECT_EQ(resolve_plan(cpu_config({half})).step.precision, Precision::kFp32) << half;
+    EXPECT_EQ(resolve_plan(cpu_config({half})).step.precision, engine::Precision::kFp32) << half;
   }
   const Plan fp32 = resolve_plan(cpu_config({"train.precision=\"fp32\""}));
-  EXPECT_FALSE(autocast_dtype(fp32.step.precision).has_value());
+  EXPECT_FALSE(engine::autocast_dtype(fp32.step.precision).has_value());
 }
 
 TEST(Plan, PinfeedsMaxPoolIsTakenWhereItCanRunAndAtensOnTheCpuEvenIfAskedFor) {
@@ -137,7 +137,7 @@ TEST(Plan, HostRingsLargerThanHalfTheMemoryAreRefusedNamingTheKeysAndSizes) {
   // Without eval there is one ring per rank; several ranks on the host each hold theirs.
   EXPECT_NE(plan_error(cpu_config({"train.batch_size=1048576", "data.image_size=4096", "train.eval=false"})).find("1 ring(s) of 6 slots"),
             std::string::npos);
-  DistEnv four;
+  engine::DistEnv four;
   four.world = four.local_world = 4;
   try {
     resolve_plan(cpu_config({"train.batch_size=1048576", "data.image_size=4096", "dist.backend=gloo"}), four);
@@ -163,7 +163,7 @@ TEST(Plan, ATrainingStepOverTheMemoryThisProcessMayUseIsRefusedNamingTheKeysAndF
   EXPECT_NO_THROW(resolve_plan(cpu_config({"data.image_size=224", "train.batch_size=32"})));
   EXPECT_NO_THROW(resolve_plan(cpu_config({"data.image_size=32", "train.batch_size=32"})));
   // Several ranks on the host each keep a step's activations.
-  DistEnv four;
+  engine::DistEnv four;
   four.world = four.local_world = 4;
   const ScopedHostMemory small({4 * kGiB, 64 * kGiB, 0});
   EXPECT_NO_THROW(resolve_plan(cpu_config({"data.image_size=224", "train.batch_size=16", "dist.backend=gloo"})));
@@ -209,7 +209,7 @@ TEST(Plan, AnEvaluationPlanOnTheCpuIgnoresTheTrainingStepsCudaTermsAndMemory) {
                                "train.batch_size=256", "pipeline.mode=dual_stream", "pipeline.transfer_dtype=uint8"});
   EXPECT_NE(plan_error(c).find("a training step needs ~"), std::string::npos) << plan_error(c);
   const Plan eval = resolve_plan(c, {}, PlanUse::kEval);
-  EXPECT_EQ(eval.step.precision, Precision::kFp32);
+  EXPECT_EQ(eval.step.precision, engine::Precision::kFp32);
   EXPECT_FALSE(eval.step.cuda_graph);
   EXPECT_EQ(pipeline::mode_name(eval.pipeline), "pageable");
   EXPECT_EQ(eval.transform.size, 224);

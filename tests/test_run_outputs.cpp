@@ -22,7 +22,7 @@
 #include "app/run/run_lock.h"
 #include "app/run/run_outputs.h"
 #include "app/run/run_record.h"
-#include "app/step/step_losses.h"
+#include "engine/step/step_losses.h"
 #include "common/log.h"
 #include "test_util.h"
 
@@ -54,7 +54,7 @@ TEST(RunOutputs, ResumeDropsRowsOfEpochsTheCheckpointHasNotReached) {
   {
     RunOutputs out(options_of(c), dir);
     for (int64_t e = 1; e <= 3; ++e) out.epoch(row(e));
-    out.steps(2, {StepRow{{0}}, StepRow{{1}}, StepRow{{2}}});
+    out.steps(2, {engine::StepRow{{0}}, engine::StepRow{{1}}, engine::StepRow{{2}}});
   }
   RunOutputs resumed(options_of(c), dir, ResumePoint{2, 1});  // epoch 3 (0-based 2) restarts after its first step
   EXPECT_EQ(text_of(fs::path(dir) / "metrics.jsonl"), row(1).dump() + "\n" + row(2).dump() + "\n");
@@ -107,7 +107,7 @@ TEST(RunFiles, ARunFolderIsKnownByWhatItsFilesHoldNotByTheirNames) {
 TEST(RunFiles, OpeningAnAppendFileCutsATornLastLine) {
   const std::string file = test::fresh_dir("append_torn") + "/log.jsonl";
   std::ofstream(file) << "{\"a\":1}\n{\"a\":";  // a full disk stopped the second line
-  AppendFile(file).append("{\"a\":2}");
+  engine::AppendFile(file).append("{\"a\":2}");
   EXPECT_EQ(text_of(file), "{\"a\":1}\n{\"a\":2}\n");
 }
 
@@ -117,7 +117,7 @@ TEST(RunFiles, OnlyTheTempFilesOfPinfeedsOwnWritesAreRemoved) {
                            "download.tmp", "config.resume-x.toml.tmp", "last.pt", ".tmp"}) {
     std::ofstream(dir + "/" + name) << "x";
   }
-  std::vector<std::string> removed = remove_stale_temp_files(dir);
+  std::vector<std::string> removed = engine::remove_stale_temp_files(dir);
   std::sort(removed.begin(), removed.end());
   EXPECT_EQ(removed, (std::vector<std::string>{"config.resume-12.toml.tmp", "last.pt.tmp", "metrics.csv.tmp",
                                                "run.json.tmp"}));
@@ -223,7 +223,7 @@ TEST(RunOutputs, StepRowsNumberEpochsFromOneAndCarryLossAndLr) {
   c.run.log_steps = true;
   {
     RunOutputs out(options_of(c), dir);
-    out.steps(0, {StepRow{{0}, 2.5, 0.1}, StepRow{{1}, NAN, 0.1}});
+    out.steps(0, {engine::StepRow{{0}, 2.5, 0.1}, engine::StepRow{{1}, NAN, 0.1}});
   }
   std::istringstream lines(text_of(fs::path(dir) / "steps.jsonl"));
   std::string line;
@@ -262,15 +262,15 @@ TEST(RunRecord, TheDriverVersionIsTheNumberInTheKernelModulesLine) {
   EXPECT_EQ(nvidia_driver_version("GCC version: 12\n"), "");
 }
 
-TEST(StepLosses, EachRecordGetsItsStepsLossAndLr) {
-  StepLosses losses(c10::Device(c10::kCPU), std::nullopt);
+TEST(engine::StepLosses, EachRecordGetsItsStepsLossAndLr) {
+  engine::StepLosses losses(c10::Device(c10::kCPU), std::nullopt);
   losses.start_epoch(4, 1);  // a resumed epoch: steps 1..3
   losses.add(1, at::scalar_tensor(1.5), 0.1);
   losses.add(2, at::scalar_tensor(2.5), 0.2);
   pipeline::StepRecord r1, r2;
   r1.step = 1;
   r2.step = 2;
-  const std::vector<StepRow> rows = losses.join({r1, r2}, /*wait=*/true);
+  const std::vector<engine::StepRow> rows = losses.join({r1, r2}, /*wait=*/true);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].loss, 1.5);
   EXPECT_EQ(rows[1].lr, 0.2);

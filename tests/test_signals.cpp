@@ -8,7 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "app/run/signals.h"
+#include "engine/signals.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -17,7 +17,7 @@ namespace {
 TEST(Signals, TheFirstSignalDuringStartUpExitsAt130SayingNothingWasSaved) {
   EXPECT_EXIT(
       {
-        install_signal_handlers();
+        engine::install_signal_handlers();
         std::raise(SIGINT);
         std::exit(0);  // not reached
       },
@@ -27,10 +27,10 @@ TEST(Signals, TheFirstSignalDuringStartUpExitsAt130SayingNothingWasSaved) {
 TEST(Signals, TheFirstSignalInTrainingOnlyRequestsAStop) {
   EXPECT_EXIT(
       {
-        install_signal_handlers();
-        training_started();
+        engine::install_signal_handlers();
+        engine::training_started();
         std::raise(SIGTERM);
-        std::exit(signal_stop().requested() ? 7 : 0);
+        std::exit(engine::signal_stop().requested() ? 7 : 0);
       },
       ::testing::ExitedWithCode(7), "");
 }
@@ -41,15 +41,15 @@ TEST(Signals, ASecondSignalRemovesTheTempFilesOfTheWritesAndSaysNothingWasSaved)
   const std::string checkpoint = dir + "/last.pt.tmp", record = dir + "/run.json.tmp", done = dir + "/metrics.csv.tmp";
   EXPECT_EXIT(
       {
-        install_signal_handlers();
-        training_started();
+        engine::install_signal_handlers();
+        engine::training_started();
         std::raise(SIGINT);
-        { RemoveOnSignal finished(done); }
+        { engine::RemoveOnSignal finished(done); }
         std::ofstream(done) << "a write that ended";
-        RemoveOnSignal guard(checkpoint);
+        engine::RemoveOnSignal guard(checkpoint);
         std::ofstream(checkpoint) << "half a checkpoint";
         std::thread([&] {
-          RemoveOnSignal other(record);
+          engine::RemoveOnSignal other(record);
           std::ofstream(record) << "{";
           std::raise(SIGINT);
         }).join();
@@ -64,8 +64,8 @@ TEST(Signals, ASecondSignalRemovesTheTempFilesOfTheWritesAndSaysNothingWasSaved)
 TEST(Signals, AStopThatNeverCompletesEndsTheProcessAfterTheDeadline) {
   EXPECT_EXIT(
       {
-        install_signal_handlers();
-        training_started(std::chrono::milliseconds(200));
+        engine::install_signal_handlers();
+        engine::training_started(std::chrono::milliseconds(200));
         std::raise(SIGTERM);
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a teardown that waits forever
       },

@@ -40,8 +40,8 @@ std::map<std::string, int> ranges_in(const json& trace) {
   return n;
 }
 
-TEST(StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
-  StopRequest stop;
+TEST(engine::StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_train", 2, 24, 1, 32);
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_train_runs"), 2, "4-5")), {}, stop);
   ASSERT_EQ(r.epochs.size(), 2u);
@@ -63,8 +63,8 @@ TEST(StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
   EXPECT_GT(meta.at("stepmeter").at("compute_ms_mean").get<double>(), 0);
 }
 
-TEST(StepTrace, TrainWithoutTraceStepsWritesNoTrace) {
-  StopRequest stop;
+TEST(engine::StepTrace, TrainWithoutTraceStepsWritesNoTrace) {
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_none", 2, 16, 1, 32);
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_none_runs"), 1, "")), {}, stop);
   for (const auto& entry : fs::directory_iterator(r.run_dir)) {
@@ -72,8 +72,8 @@ TEST(StepTrace, TrainWithoutTraceStepsWritesNoTrace) {
   }
 }
 
-TEST(StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
-  StopRequest stop;
+TEST(engine::StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_refuse", 2, 24, 1, 32);
   const std::string runs = test::fresh_dir("trace_refuse_runs");
   auto error = [&](const std::string& steps) {
@@ -88,8 +88,8 @@ TEST(StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
   EXPECT_NE(past.rfind("override 'run.trace_steps=\"5-6\"':1:", 0), std::string::npos) << "where it was set: " << past;
 }
 
-TEST(StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
-  StopRequest stop;
+TEST(engine::StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_bench", 2, 16, 0, 32);
   const std::string dir = test::fresh_dir("trace_bench_out");
   const std::string config = dir + "/bench.toml";
@@ -115,8 +115,8 @@ TEST(StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
   }
 }
 
-TEST(StepTrace, BenchRefusesARangePastItsTimedSteps) {
-  StopRequest stop;
+TEST(engine::StepTrace, BenchRefusesARangePastItsTimedSteps) {
+  engine::StopRequest stop;
   BenchArgs a;
   a.start.config = "/unused.toml";  // refused before the config is read
   a.steps = 100;

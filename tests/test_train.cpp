@@ -18,11 +18,11 @@
 #include <sstream>
 #include <vector>
 
-#include "app/optim/lr_schedule.h"
-#include "app/run/checkpoint.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "app/run/metrics.h"
 #include "app/run/run_files.h"
-#include "app/run/signals.h"
+#include "engine/signals.h"
 #include "app/train/epoch_report.h"
 #include "app/train/evaluate.h"
 #include "app/train/loss_meter.h"
@@ -43,7 +43,7 @@ Config tiny_config(const std::string& root, const std::string& runs, int epochs)
 }
 
 TEST(Train, ShortCpuRunLowersTheLossAndWritesItsRun) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_small", 2, 24, 4, 32);
   const std::string runs = test::fresh_dir("train_runs");
   const TrainResult r = train(resolve_plan(tiny_config(root, runs, 4)), {}, stop);
@@ -59,13 +59,13 @@ TEST(Train, ShortCpuRunLowersTheLossAndWritesItsRun) {
   EXPECT_NE(header.find("gpu_idle"), std::string::npos);
   EXPECT_NE(row.find(",,pageable,"), std::string::npos) << row;  // GPU idle on CPU: empty, not zero
 
-  const Checkpoint ck = load_checkpoint((std::filesystem::path(r.run_dir) / "last.pt").string());
+  const engine::Checkpoint ck = engine::load_checkpoint((std::filesystem::path(r.run_dir) / "last.pt").string());
   EXPECT_EQ(ck.epoch, 4);
 }
 
 // A learning rate that blows the weights up: the run stops with Diverged and last.pt keeps the last good epoch.
 TEST(Train, DivergenceStopsTheRunAndKeepsTheLastGoodCheckpoint) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_diverge", 2, 16, 2, 32);
   const std::string runs = test::fresh_dir("train_diverge_runs");
   const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -76,7 +76,7 @@ TEST(Train, DivergenceStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   const std::string message = test::message_of<Diverged>([&] { train(resolve_plan(wild), {"last"}, stop); });
   EXPECT_NE(message.find("is no longer finite at epoch 2"), std::string::npos) << message;
   EXPECT_EQ(std::filesystem::last_write_time(last), written);
-  EXPECT_EQ(load_checkpoint(last).epoch, 1);
+  EXPECT_EQ(engine::load_checkpoint(last).epoch, 1);
 }
 
 // Weights can stay finite while the loss explodes (lr 10 on the quickstart data: 2.2e8 after 8 epochs): the loss
@@ -109,7 +109,7 @@ TEST(Train, ProgressLineSaysWarmingUpUntilTheRateIsMeasured) {
 }
 
 TEST(Train, ResumeContinuesFromTheCheckpoint) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_resume", 2, 16, 2, 32);
   const std::string runs = test::fresh_dir("train_resume_runs");
   const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -135,7 +135,7 @@ std::vector<int64_t> epochs_in_jsonl(const fs::path& file) {
 }
 
 std::string resume_error(const Config& config) {
-  StopRequest stop;
+  engine::StopRequest stop;
   try {
     train(resolve_plan(config), {"last"}, stop);
   } catch (const ConfigError& e) {
@@ -146,7 +146,7 @@ std::string resume_error(const Config& config) {
 }
 
 TEST(Train, ResumeRefusesAChangedBatchSizeNamingBothValues) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_resume_batch", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_resume_batch_runs");
   train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -157,7 +157,7 @@ TEST(Train, ResumeRefusesAChangedBatchSizeNamingBothValues) {
 }
 
 TEST(Train, ResumeRefusesAChangedDatasetSizeNamingBothValues) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_resume_data", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_resume_data_runs");
   train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -168,7 +168,7 @@ TEST(Train, ResumeRefusesAChangedDatasetSizeNamingBothValues) {
 }
 
 TEST(Train, ResumeRefusesRenamedClassFoldersNamingTheFirstThatDiffers) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_resume_classes", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_resume_classes_runs");
   train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -182,7 +182,7 @@ TEST(Train, ResumeRefusesRenamedClassFoldersNamingTheFirstThatDiffers) {
 
 // Another optimizer's state would not carry over: the resume says which optimizer the checkpoint needs.
 TEST(Train, ResumeRefusesAnotherOptimizerNamingBoth) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_resume_optimizer", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_resume_optimizer_runs");
   train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -195,15 +195,15 @@ TEST(Train, ResumeRefusesAnotherOptimizerNamingBoth) {
 // A name the network has not is said as that, before the optimizer state that cannot have an entry for it, whether
 // the run resumes from the checkpoint or starts from its weights (as a state dict's is).
 TEST(Train, ACheckpointWithAWeightTheModelHasNotIsRefusedNamingIt) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_extra_weight", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_extra_weight_runs");
   const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
   const std::string last = (fs::path(first.run_dir) / "last.pt").string();
-  Checkpoint ck = load_checkpoint(last);
+  engine::Checkpoint ck = engine::load_checkpoint(last);
   ASSERT_FALSE(ck.optimizer.empty());  // momentum buffers, none for the extra weight
   ck.model["extra.weight"] = at::zeros({3});
-  save_checkpoint(last, ck);
+  engine::save_checkpoint(last, ck);
   const std::string resumed = resume_error(tiny_config(root, runs, 2));
   EXPECT_NE(resumed.find("not the weights of this ResNet-50: it has extra.weight, which the model has not"),
             std::string::npos) << resumed;
@@ -214,7 +214,7 @@ TEST(Train, ACheckpointWithAWeightTheModelHasNotIsRefusedNamingIt) {
 }
 
 TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_bad_tsv", 2, 8, 1, 32);
   const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
   std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not an image\tat all";
@@ -235,7 +235,7 @@ TEST(Train, BadImagesTsvListsACorruptFileOnceWithItsReason) {
 
 // The trainer's rows carry exactly the metrics that app/run/metrics.h names and explains, in no other name.
 TEST(Train, EpochRowsCarryExactlyTheNamedMetrics) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_metric_names", 2, 8, 1, 32);
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_metric_names_runs"), 1)), {}, stop);
   std::set<std::string> named, written;
@@ -247,7 +247,7 @@ TEST(Train, EpochRowsCarryExactlyTheNamedMetrics) {
 }
 
 TEST(Train, ResumeRemovesAStaleCheckpointTempFile) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_stale_tmp", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_stale_tmp_runs");
   const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -258,7 +258,7 @@ TEST(Train, ResumeRemovesAStaleCheckpointTempFile) {
 }
 
 TEST(Train, ResumeFromACheckpointOlderThanTheMetricsDoesNotRepeatRows) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_older_ck", 2, 8, 1, 32);
   const std::string runs = test::fresh_dir("train_older_ck_runs");
   const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
@@ -278,26 +278,26 @@ TEST(Train, ResumeFromACheckpointOlderThanTheMetricsDoesNotRepeatRows) {
 // would. The epoch's checkpoint is written while the next epoch trains; its error still ends the run as an
 // OutputError (exit code 4), at the end of the run or at a stop, and last.pt keeps the epoch before.
 TEST(Train, ACheckpointThatCannotBeWrittenEndsTheRunWithOutputError) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_unwritable", 2, 16, 1, 32);  // 32 images: 2 steps of 16
   const std::string runs = test::fresh_dir("train_unwritable_runs");
   const TrainResult first = train(resolve_plan(tiny_config(root, runs, 1)), {}, stop);
   const fs::path last = fs::path(first.run_dir) / "last.pt";
   fs::create_directory(fs::path(first.run_dir) / "last.pt.tmp");
   const std::string at_end =
-      test::message_of<OutputError>([&] { train(resolve_plan(tiny_config(root, runs, 2)), {"last"}, stop); });
+      test::message_of<engine::OutputError>([&] { train(resolve_plan(tiny_config(root, runs, 2)), {"last"}, stop); });
   EXPECT_NE(at_end.find("cannot create " + (last.string() + ".tmp")), std::string::npos) << at_end;
-  EXPECT_EQ(load_checkpoint(last.string()).epoch, 1);
+  EXPECT_EQ(engine::load_checkpoint(last.string()).epoch, 1);
   // Stopped (as by Ctrl-C) one step into epoch 3, after epoch 2's last.pt failed.
-  const std::string at_stop = test::message_of<OutputError>(
+  const std::string at_stop = test::message_of<engine::OutputError>(
       [&] { train(resolve_plan(tiny_config(root, runs, 3)), {"last", /*stop_after_steps=*/3}, stop); });
   EXPECT_NE(at_stop.find("cannot create " + (last.string() + ".tmp")), std::string::npos) << at_stop;
-  EXPECT_EQ(load_checkpoint(last.string()).epoch, 1);
+  EXPECT_EQ(engine::load_checkpoint(last.string()).epoch, 1);
 }
 
 TEST(Train, AStopBeforeTheFirstStepSavesNothing) {
   const std::string root = test::make_dataset("train_stop_early", 2, 8, 1, 32);
-  StopRequest stop;
+  engine::StopRequest stop;
   stop.request();  // as a Ctrl-C between the start of the loop and the first step
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("train_stop_early_runs"), 1)), {}, stop);
   EXPECT_TRUE(r.interrupted);
@@ -323,7 +323,7 @@ TEST(Train, AStuckSampleEndsTheRunWithTheStepsSoFarSaved) {
     std::unique_lock<std::mutex> lock(gate->mutex);
     if (++gate->loads == 89) gate->released.wait(lock, [&] { return gate->open; });
   };
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string message = test::message_of<data::StuckSample>([&] { train(plan, {}, stop); });
   {
     std::lock_guard<std::mutex> lock(gate->mutex);
@@ -333,7 +333,7 @@ TEST(Train, AStuckSampleEndsTheRunWithTheStepsSoFarSaved) {
   EXPECT_NE(message.find("data.sample_timeout_s = 0.5"), std::string::npos) << message;
   fs::path run;
   for (const auto& e : fs::directory_iterator(plan.run.dir)) run = e.path();
-  const Checkpoint ck = load_checkpoint((run / "last.pt").string());
+  const engine::Checkpoint ck = engine::load_checkpoint((run / "last.pt").string());
   EXPECT_EQ(ck.epoch, 1);  // in the second epoch (0-based), after the 2 steps its input allowed
   EXPECT_EQ(ck.step_in_epoch, 2);
 }
@@ -346,7 +346,7 @@ TEST(Train, AStuckSampleEndsTheRunWithTheStepsSoFarSaved) {
 // drawn alike, and the bad-file count goes on across the resume.
 void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, const std::vector<int64_t>& stops,
                                                      const std::vector<std::string>& overrides = {}) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset(name, 2, 40, 2, 32);  // 80 images: 5 steps an epoch
   const fs::path bad = fs::directory_iterator(*fs::directory_iterator(fs::path(root) / "train"))->path();
   std::ofstream(bad, std::ios::binary | std::ios::trunc) << "not an image";
@@ -360,15 +360,15 @@ void expect_resumed_run_equals_the_uninterrupted_one(const std::string& name, co
   const TrainResult a = train(resolve_plan(whole), {}, stop);
   std::string resume;
   for (const int64_t steps : stops) {
-    StopRequest stop_after;  // requested by the run itself, after `steps` steps
+    engine::StopRequest stop_after;  // requested by the run itself, after `steps` steps
     const TrainResult stopped = train(resolve_plan(split), {resume, steps}, stop_after);
     ASSERT_TRUE(stopped.interrupted) << "after " << steps << " steps";
     resume = "last";
   }
   const TrainResult b = train(resolve_plan(split), {"last"}, stop);
   ASSERT_FALSE(b.interrupted);
-  const Checkpoint ca = load_checkpoint((fs::path(a.run_dir) / "last.pt").string());
-  const Checkpoint cb = load_checkpoint((fs::path(b.run_dir) / "last.pt").string());
+  const engine::Checkpoint ca = engine::load_checkpoint((fs::path(a.run_dir) / "last.pt").string());
+  const engine::Checkpoint cb = engine::load_checkpoint((fs::path(b.run_dir) / "last.pt").string());
   ASSERT_EQ(ca.model.size(), cb.model.size());
   for (const auto& [name, t] : ca.model) {
     const at::Tensor& u = cb.model.at(name);
@@ -453,7 +453,7 @@ TEST(Train, LambWithEmaResumesBitForBit) {
 // With train.ema each epoch evaluates both weights; best.pt holds the better (the EMA's in `model` when it won,
 // the raw ones then in model_raw) and says which, as the epoch's row does.
 TEST(Train, EmaIsEvaluatedBesideTheWeightsAndBestPtTakesTheBetter) {
-  StopRequest stop;
+  engine::StopRequest stop;
   const std::string root = test::make_dataset("train_ema_best", 2, 16, 4, 32);
   Config c = tiny_config(root, test::fresh_dir("train_ema_best_runs"), 2);
   apply_override(c, "train.ema=true");
@@ -474,7 +474,7 @@ TEST(Train, EmaIsEvaluatedBesideTheWeightsAndBestPtTakesTheBetter) {
       EXPECT_EQ(e.best_weights, "") << "epoch " << e.epoch;
     }
   }
-  const Checkpoint ck = load_checkpoint((fs::path(r.run_dir) / "best.pt").string());
+  const engine::Checkpoint ck = engine::load_checkpoint((fs::path(r.run_dir) / "best.pt").string());
   EXPECT_EQ(ck.best_val_top1, best);
   EXPECT_EQ(ck.best_weights, best_weights);
   ASSERT_FALSE(ck.model_ema.empty());
@@ -491,7 +491,7 @@ TEST(Train, EmaIsEvaluatedBesideTheWeightsAndBestPtTakesTheBetter) {
   } else {
     EXPECT_TRUE(ck.model_raw.empty());
   }
-  const Checkpoint last = load_checkpoint((fs::path(r.run_dir) / "last.pt").string());
+  const engine::Checkpoint last = engine::load_checkpoint((fs::path(r.run_dir) / "last.pt").string());
   EXPECT_EQ(last.ema_updates, last.global_step);
   EXPECT_FALSE(same(last.model, last.model_ema)) << "an average of several steps' weights";
   EXPECT_TRUE(last.model_raw.empty());
@@ -512,13 +512,13 @@ TEST(Train, BestWeightsAreTheBetterWholeEvaluation) {
 // train.eval_flip: evaluation scores the mean of the logits of each image and of its horizontal mirror (FFCV's
 // lr_tta), for the raw weights and the EMA's alike.
 TEST(Train, EvalFlipScoresTheMeanLogitsOfTheImageAndItsMirror) {
-  StepOptions o;
-  o.precision = Precision::kFp32;
+  engine::StepOptions o;
+  o.precision = engine::Precision::kFp32;
   o.net.zero_init_residual = false;
   o.ema.enabled = true;
-  StepRunner plain(o, 5);
+  engine::StepRunner plain(o, 5);
   o.eval_flip = true;
-  StepRunner flip(o, 5);  // the same seed: the same weights
+  engine::StepRunner flip(o, 5);  // the same seed: the same weights
   at::manual_seed(2);
   const at::Tensor images = at::randn({6, 3, 32, 32}), labels = at::randint(5, {6});
   for (const bool ema : {false, true}) {
@@ -534,7 +534,7 @@ TEST(Train, EvalFlipScoresTheMeanLogitsOfTheImageAndItsMirror) {
     }
     ASSERT_GT((mean - logits).abs().max().item<double>(), 1e-3 * logits.abs().max().item<double>())
         << "the mirror must change the logits, or the test proves nothing";
-    const auto sums_of = [&](StepRunner& r) {
+    const auto sums_of = [&](engine::StepRunner& r) {
       at::Tensor sums = at::zeros({4}, at::kDouble);
       r.eval_step(images, labels, sums, ema);
       return sums;
@@ -555,52 +555,52 @@ TEST(Train, EvalFlipScoresTheMeanLogitsOfTheImageAndItsMirror) {
 // NVIDIA's MLPerf PolySchedule (iterations from 1): lr it / warmup through the warm-up, then
 // end + (lr - end) (1 - (it - warmup) / (total - warmup))^2, end at the last step.
 TEST(Train, PolyScheduleIsMlperfs) {
-  LrSchedule t;
-  t.shape = LrShape::kPoly;
+  engine::LrSchedule t;
+  t.shape = engine::LrShape::kPoly;
   t.lr = 11.0;
   t.min_lr = 1e-4;
   t.epochs = 10;
   t.warmup_epochs = 2;
-  EXPECT_NEAR(learning_rate(t, 0, 10), 11.0 / 20, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 19, 10), 11.0, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 20, 10), 1e-4 + (11.0 - 1e-4) * std::pow(1 - 1.0 / 80, 2), 1e-12);
-  EXPECT_NEAR(learning_rate(t, 59, 10), 1e-4 + (11.0 - 1e-4) * 0.25, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 99, 10), 1e-4, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 0, 10), 11.0 / 20, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 19, 10), 11.0, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 20, 10), 1e-4 + (11.0 - 1e-4) * std::pow(1 - 1.0 / 80, 2), 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 59, 10), 1e-4 + (11.0 - 1e-4) * 0.25, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 99, 10), 1e-4, 1e-12);
   t.poly_power = 1, t.warmup_epochs = 0, t.batch_scale = 2;
-  EXPECT_NEAR(learning_rate(t, 49, 10), 2e-4 + (22.0 - 2e-4) * 0.5, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 49, 10), 2e-4 + (22.0 - 2e-4) * 0.5, 1e-12);
 }
 
 TEST(Train, LearningRateWarmsUpThenFollowsCosine) {
-  LrSchedule t;
+  engine::LrSchedule t;
   t.lr = 1.0;
   t.epochs = 10;
   t.warmup_epochs = 1;
-  EXPECT_NEAR(learning_rate(t, 0, 10), 0.1, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 9, 10), 1.0, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 10, 10), 1.0, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 55, 10), 0.5, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 100, 10), 0.0, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 0, 10), 0.1, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 9, 10), 1.0, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 10, 10), 1.0, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 55, 10), 0.5, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 100, 10), 0.0, 1e-12);
 }
 
 // FFCV's train_imagenet.py: get_cyclic_lr(e) = np.interp(e, [0, lr_peak_epoch, epochs], [1e-4 lr, lr, 0]) and,
 // within epoch e, np.interp(step, [0, iters], [get_lr(e), get_lr(e + 1)]); rn50_16_epochs.yaml: lr 1.7, peak 2.
 TEST(Train, TriangularScheduleIsFfcvsCyclic) {
-  LrSchedule t;
-  t.shape = LrShape::kTriangular;
+  engine::LrSchedule t;
+  t.shape = engine::LrShape::kTriangular;
   t.lr = 1.7;
   t.epochs = 16;
   t.warmup_epochs = 2;
   const double e1 = 1.7e-4 + (1.7 - 1.7e-4) / 2, e3 = 1.7 - 1.7 / 14, e15 = 1.7 / 14;
-  EXPECT_NEAR(learning_rate(t, 0, 10), 1.7e-4, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 5, 10), 1.7e-4 + (e1 - 1.7e-4) * 0.5, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 10, 10), e1, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 20, 10), 1.7, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 25, 10), 1.7 + (e3 - 1.7) * 0.5, 1e-12);
-  EXPECT_NEAR(learning_rate(t, 159, 10), e15 * 0.1, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 0, 10), 1.7e-4, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 5, 10), 1.7e-4 + (e1 - 1.7e-4) * 0.5, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 10, 10), e1, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 20, 10), 1.7, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 25, 10), 1.7 + (e3 - 1.7) * 0.5, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 159, 10), e15 * 0.1, 1e-12);
   t.min_lr = 0.01, t.batch_scale = 2;  // min_lr is the end point, both scaled to the global batch
-  EXPECT_NEAR(learning_rate(t, 160, 10), 0.02, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 160, 10), 0.02, 1e-12);
   t.warmup_epochs = 0;  // no ramp: lr at the first step
-  EXPECT_NEAR(learning_rate(t, 0, 10), 3.4, 1e-12);
+  EXPECT_NEAR(engine::learning_rate(t, 0, 10), 3.4, 1e-12);
 }
 
 }  // namespace

@@ -16,17 +16,17 @@
 #include "app/bench/bench_report.h"
 #include "app/bench/bench_sources.h"
 #include "app/config/config.h"
-#include "app/config/exit_codes.h"
-#include "app/config/format.h"
+#include "engine/exit_codes.h"
+#include "common/format.h"
 #include "app/config/suggest.h"
-#include "app/dist/distributed.h"
+#include "engine/dist/distributed.h"
 #include "app/plan/datasets.h"
 #include "app/plan/plan.h"
 #include "app/run/run_files.h"
-#include "app/run/signals.h"
-#include "app/step/step_loop.h"
-#include "app/step/step_runner.h"
-#include "app/step/step_trace.h"
+#include "engine/signals.h"
+#include "engine/step/step_loop.h"
+#include "engine/step/step_runner.h"
+#include "engine/step/step_trace.h"
 #include "common/log.h"
 #include "data/dataset/image_folder.h"
 
@@ -117,9 +117,9 @@ BenchSample sample_of(const pipeline::EpochTiming& t, const std::string& mode_ra
 }
 
 // One repeat of one row on this rank: warm-up + steps through the step loop, crossing epoch boundaries.
-BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runner, Distributed& dist,
-                         const StopRequest& stop, const BenchArgs& a, StepTrace* trace, int* workers) {
-  StepLoopOptions loop;
+BenchSample run_row_here(const Row& row, const Datasets& sets, engine::StepRunner& runner, engine::Distributed& dist,
+                         const engine::StopRequest& stop, const BenchArgs& a, engine::StepTrace* trace, int* workers) {
+  engine::StepLoopOptions loop;
   loop.end_step = a.warmup + a.steps;
   loop.warmup_steps = a.warmup;
   loop.max_steps_ahead = row.plan.loop.max_steps_ahead;
@@ -134,12 +134,12 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
   auto train_step = [&](const pipeline::DeviceBatch& b, int64_t) { runner.train_step(b.images, b.labels, lr); };
 
   data::LoaderOptions loader = row.plan.train_loader;
-  loader.stop_requested = stop_after_grace(stop);
+  loader.stop_requested = engine::stop_after_grace(stop);
   if (row.kind == RowKind::kLoaderOnly && !row.gpu_decode) {
     LoaderOnly source(sets.train, loader);
     *workers = source.workers();  // a bench of loader_only alone reports its threads too
     pipeline::StepMeter wall_clock(std::nullopt);
-    return sample_of(run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
+    return sample_of(engine::run_steps(source, wall_clock, loop, [](const pipeline::DeviceBatch&, int64_t) {}).timing,
                      kLoaderOnlyRow);
   }
   const pipeline::augment::AugmentOptions augment =
@@ -151,18 +151,18 @@ BenchSample run_row_here(const Row& row, const Datasets& sets, StepRunner& runne
     feeder.start_epoch(0);
     ResidentBatch resident(*feeder.next());
     feeder.start_epoch(1);  // abandons what is in flight before the feeder goes
-    return sample_of(run_steps(resident, meter, loop, train_step).timing, kGpuResidentRow);
+    return sample_of(engine::run_steps(resident, meter, loop, train_step).timing, kGpuResidentRow);
   }
   const auto no_step = [](const pipeline::DeviceBatch&, int64_t) {};
-  const StepLoopResult r = row.gpu_decode ? run_steps(feeder, meter, loop, no_step) : run_steps(feeder, meter, loop, train_step);
+  const engine::StepLoopResult r = row.gpu_decode ? engine::run_steps(feeder, meter, loop, no_step) : engine::run_steps(feeder, meter, loop, train_step);
   feeder.start_epoch(r.epoch + 1);  // abandons what is in flight before the feeder goes
-  if (const auto d = feeder.decode_stats()) log::info("  nvJPEG: " + gpu::describe(*d));
+  if (const auto d = feeder.decode_stats()) log::info("  nvJPEG: " + pipeline::describe(*d));
   return sample_of(r.timing, row.gpu_decode ? kLoaderOnlyRow : feeder.mode());
 }
 
 // Several ranks run the same row at once (the gradient all-reduce in every step); rank 0 collects their rates.
-BenchSample run_row(const Row& row, const Datasets& sets, StepRunner& runner, Distributed& dist,
-                    const StopRequest& stop, const BenchArgs& a, StepTrace* trace, int* workers) {
+BenchSample run_row(const Row& row, const Datasets& sets, engine::StepRunner& runner, engine::Distributed& dist,
+                    const engine::StopRequest& stop, const BenchArgs& a, engine::StepTrace* trace, int* workers) {
   BenchSample s = run_row_here(row, sets, runner, dist, stop, a, trace, workers);
   s.per_rank_samples_per_s = dist.all_gather({s.samples_per_s});
   s.total_samples_per_s = 0;
@@ -200,8 +200,8 @@ json bench_meta(const Plan& plan, const Datasets& sets, int workers, const Bench
   return m;
 }
 
-int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const StopRequest& stop,
-               const BenchArgs& a, const std::optional<StepRange>& trace_steps);
+int bench_rows(const Plan& plan, const std::vector<Row>& rows, engine::Distributed& dist, const engine::StopRequest& stop,
+               const BenchArgs& a, const std::optional<engine::StepRange>& trace_steps);
 
 // Every --reference file (CLI11 joins repeated ones with '\n'), read and checked before the first row: a typo
 // stops the bench at once, not after its rows. [{"file", "meta", "rows"}], each row labelled (label_references).
@@ -229,8 +229,8 @@ json read_references(const std::string& joined) {
 }
 
 // --trace-steps, checked against --steps before anything runs.
-std::optional<StepRange> trace_steps_of(const BenchArgs& a) {
-  std::optional<StepRange> range;
+std::optional<engine::StepRange> trace_steps_of(const BenchArgs& a) {
+  std::optional<engine::StepRange> range;
   try {
     range = parse_step_range(a.trace_steps);
   } catch (const std::invalid_argument& e) {
@@ -268,8 +268,8 @@ void add_bench_options(CLI::App& cmd, BenchArgs& a) {
   cmd.add_option("overrides", a.start.overrides, "section.key=value config overrides");
 }
 
-int run_bench(const BenchArgs& a, const StopRequest& stop) {
-  const std::optional<StepRange> trace_steps = trace_steps_of(a);  // checked before the config is read
+int run_bench(const BenchArgs& a, const engine::StopRequest& stop) {
+  const std::optional<engine::StepRange> trace_steps = trace_steps_of(a);  // checked before the config is read
   Plan plan = start(a.start);
   if (plan.transform.schedule.active()) {  // rows crossing epochs would change side under the timing
     log::info("bench times one side, data.image_size = " + std::to_string(plan.transform.size) +
@@ -281,13 +281,13 @@ int run_bench(const BenchArgs& a, const StopRequest& stop) {
                       "data.auto_augment, data.random_erasing, data.mixup_alpha or data.cutmix_alpha");
   }
   const std::vector<Row> rows = plan_rows(plan, a.modes, a.augment_ab);
-  Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
+  engine::Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] { return bench_rows(plan, rows, dist, stop, a, trace_steps); });
 }
 
 namespace {
-int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist, const StopRequest& stop,
-               const BenchArgs& a, const std::optional<StepRange>& trace_steps) {
+int bench_rows(const Plan& plan, const std::vector<Row>& rows, engine::Distributed& dist, const engine::StopRequest& stop,
+               const BenchArgs& a, const std::optional<engine::StepRange>& trace_steps) {
   const json references = dist.is_main() ? read_references(a.reference) : json::array();  // rank 0 writes the table
   dist.agree("config", to_toml(plan), "config");
   configure_backend(plan);
@@ -297,42 +297,42 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
     // that the rows time the steady state a run reaches after its first epoch.
     const auto t0 = std::chrono::steady_clock::now();
     sets.train->check_gpu_files(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    log::info("checked the JPEGs the GPU decodes once, on the CPU: " + fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1) + " s");
+    log::info("checked the JPEGs the GPU decodes once, on the CPU: " + common::fixed(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1) + " s");
   }
-  StepRunner runner(plan.step, sets.num_classes, &dist);
+  engine::StepRunner runner(plan.step, sets.num_classes, &dist);
   std::string out_dir;
   if (dist.is_main()) {
     out_dir = a.out.empty() ? make_run_dir(plan.run.dir, "bench") : a.out;
     std::error_code ec;
     fs::create_directories(out_dir, ec);
-    if (ec) throw OutputError("--out " + out_dir + ": cannot create the folder: " + ec.message());
+    if (ec) throw engine::OutputError("--out " + out_dir + ": cannot create the folder: " + ec.message());
   }
 
   std::map<std::string, std::vector<BenchSample>> results;
   int workers = 0;
   const int total = static_cast<int>(rows.size()) * a.repeats;
   int done = 0;
-  training_started();  // from here the first Ctrl-C ends the repeats and still writes the table
+  engine::training_started();  // from here the first Ctrl-C ends the repeats and still writes the table
   for (int r = 0; r < a.repeats && !stop.requested(); ++r) {
     for (const Row& row : rows) {  // interleaved: drift over time hits every row alike
       if (dist.is_main()) log::status("bench repeat " + std::to_string(r + 1) + "/" + std::to_string(a.repeats) + ": " + row.name + " (" +
                       std::to_string(done) + "/" + std::to_string(total) + " done)",
                   false);
-      std::unique_ptr<StepTrace> trace;  // rank 0, first repeat
+      std::unique_ptr<engine::StepTrace> trace;  // rank 0, first repeat
       if (trace_steps && r == 0 && dist.is_main()) {
-        trace = std::make_unique<StepTrace>(*trace_steps, (fs::path(out_dir) / ("trace." + row.name + ".json")).string(),
+        trace = std::make_unique<engine::StepTrace>(*trace_steps, (fs::path(out_dir) / ("trace." + row.name + ".json")).string(),
                                             row.plan.device, json{{"command", "bench"}, {"row", row.name}});
       }
       const BenchSample s = run_row(row, sets, runner, dist, stop, a, trace.get(), &workers);
-      log::info("  " + row.name + ": " + fixed(s.samples_per_s, 1) + " samples/s, wait p50 " + fixed(s.wait_p50, 3) +
-                " ms, GPU idle " + percent(s.gpu_idle, 1) +
-                (dist.active() && dist.is_main() ? "; all ranks " + fixed(s.total_samples_per_s, 1) + " samples/s" : ""));
+      log::info("  " + row.name + ": " + common::fixed(s.samples_per_s, 1) + " samples/s, wait p50 " + common::fixed(s.wait_p50, 3) +
+                " ms, GPU idle " + common::percent(s.gpu_idle, 1) +
+                (dist.active() && dist.is_main() ? "; all ranks " + common::fixed(s.total_samples_per_s, 1) + " samples/s" : ""));
       results[row.name].push_back(s);
       ++done;
     }
   }
 
-  if (!dist.is_main()) return stop.requested() ? kExitInterrupted : kExitOk;
+  if (!dist.is_main()) return stop.requested() ? engine::kExitInterrupted : engine::kExitOk;
   json doc;
   doc["meta"] = bench_meta(plan, sets, workers, a);
   doc["meta"]["world_size"] = dist.world();
@@ -349,15 +349,15 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, Distributed& dist
     }
   }
   const std::string table = render_table(table_rows, dist.world());
-  write_file_atomic((fs::path(out_dir) / "bench.json").string(), doc.dump(2) + "\n");
-  write_file_atomic((fs::path(out_dir) / "table.md").string(), table);
-  write_file_atomic((fs::path(out_dir) / "bench.csv").string(), render_csv(table_rows));
-  log::info("bench on " + plan.device.str() + ": " + count_of(workers, "worker") + ", batch " +
+  engine::write_file_atomic((fs::path(out_dir) / "bench.json").string(), doc.dump(2) + "\n");
+  engine::write_file_atomic((fs::path(out_dir) / "table.md").string(), table);
+  engine::write_file_atomic((fs::path(out_dir) / "bench.csv").string(), render_csv(table_rows));
+  log::info("bench on " + plan.device.str() + ": " + common::count_of(workers, "worker") + ", batch " +
             std::to_string(plan.train_loader.batch_size) + ", " + name_of(plan.step.precision) + ", " +
-            count_of(a.repeats, "repeat") + " of " + count_of(a.steps, "timed step") +
-            (dist.active() ? ", " + count_of(dist.world(), "rank") : ""));
+            common::count_of(a.repeats, "repeat") + " of " + common::count_of(a.steps, "timed step") +
+            (dist.active() ? ", " + common::count_of(dist.world(), "rank") : ""));
   std::printf("%s\nwritten to %s\n", table.c_str(), out_dir.c_str());
-  return stop.requested() ? kExitInterrupted : kExitOk;
+  return stop.requested() ? engine::kExitInterrupted : engine::kExitOk;
 }
 }  // namespace
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "app/plan/start.h"
-#include "app/run/signals.h"
+#include "engine/signals.h"
 
 namespace CLI {
 class App;
@@ -34,6 +34,6 @@ struct BenchArgs {
 void add_bench_options(CLI::App& command, BenchArgs& args);
 // Exit code. Once `stop` is requested (main hands it signal_stop(), signals.h), the rows in progress end and the
 // table of the repeats done is still written.
-int run_bench(const BenchArgs& args, const StopRequest& stop);
+int run_bench(const BenchArgs& args, const engine::StopRequest& stop);
 
 }  // namespace pinfeed::app

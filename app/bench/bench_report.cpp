@@ -6,7 +6,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "app/config/format.h"
+#include "common/format.h"
 
 namespace pinfeed::app {
 namespace {
@@ -50,23 +50,23 @@ json summarise_row(const std::string& row, const std::vector<BenchSample>& reps)
     json all = json::array();
     for (const auto& s : reps) {
       v.push_back(s.*member);
-      all.push_back(num_or_null(s.*member));
+      all.push_back(common::num_or_null(s.*member));
     }
     r[name] = all;
-    r[median_name] = num_or_null(median(v));
+    r[median_name] = common::num_or_null(median(v));
   }
   std::vector<double> totals;
   json per_rank = json::array(), total = json::array();
   for (const auto& s : reps) {
     json ranks = json::array();
-    for (double x : s.per_rank_samples_per_s) ranks.push_back(num_or_null(x));
+    for (double x : s.per_rank_samples_per_s) ranks.push_back(common::num_or_null(x));
     per_rank.push_back(ranks);
-    total.push_back(num_or_null(s.total_samples_per_s));
+    total.push_back(common::num_or_null(s.total_samples_per_s));
     totals.push_back(s.total_samples_per_s);
   }
   r["per_rank_samples_per_s"] = per_rank;
   r["total_samples_per_s"] = total;
-  r["total_samples_per_s_median"] = num_or_null(median(totals));
+  r["total_samples_per_s_median"] = common::num_or_null(median(totals));
   return r;
 }
 
@@ -95,20 +95,20 @@ std::string render_table(const json& rows, int world) {
     // Every cell reads as a value or "n/a": no unit after a missing figure, no range of none.
     const double wait_p50 = get(r["wait_ms_p50_median"]), wait_mean = get(r["wait_ms_mean_median"]);
     const std::string wait = std::isnan(wait_p50) && std::isnan(wait_mean)
-                                 ? "n/a" : fixed(wait_p50, 2) + " / " + fixed(wait_mean, 2);
+                                 ? "n/a" : common::fixed(wait_p50, 2) + " / " + common::fixed(wait_mean, 2);
     const std::string rate = std::isnan(med) ? "n/a"
-                             : std::isfinite(lo) ? fixed(med, 0) + " [" + fixed(lo, 0) + "-" + fixed(hi, 0) + "]"
-                                                 : fixed(med, 0);
+                             : std::isfinite(lo) ? common::fixed(med, 0) + " [" + common::fixed(lo, 0) + "-" + common::fixed(hi, 0) + "]"
+                                                 : common::fixed(med, 0);
     const std::string mode = r["mode"].get<std::string>();
     const bool framing = mode == kLoaderOnlyRow || mode == kGpuResidentRow;
     // A mode that fell back (pinned memory over its budget runs pageable) says so in its own cell.
     const json ran = r.value("mode_ran", json());
     const std::string mode_cell = !framing && ran.is_string() && ran.get<std::string>() != mode
                                       ? mode + " (ran " + ran.get<std::string>() + ")" : mode;
-    t << "| " << label_of(r) << " | " << mode_cell << " | " << wait << " | " << fixed(100 * get(r["gpu_idle_median"]), 1)
-      << " | " << fixed(get(r["h2d_ms_median"]), 2) << " | " << rate << " | "
-      << (framing ? std::string("") : times(med / pageable, 2)) << " | "
-      << (mode == kLoaderOnlyRow ? std::string("") : percent(med / resident, 1)) << " |";
+    t << "| " << label_of(r) << " | " << mode_cell << " | " << wait << " | " << common::fixed(100 * get(r["gpu_idle_median"]), 1)
+      << " | " << common::fixed(get(r["h2d_ms_median"]), 2) << " | " << rate << " | "
+      << (framing ? std::string("") : common::times(med / pageable, 2)) << " | "
+      << (mode == kLoaderOnlyRow ? std::string("") : common::percent(med / resident, 1)) << " |";
     if (ranks) {
       double rank_lo = INFINITY, rank_hi = -INFINITY;
       if (r.contains("per_rank_samples_per_s")) {
@@ -120,8 +120,8 @@ std::string render_table(const json& rows, int world) {
           }
         }
       }
-      t << " " << (r.contains("total_samples_per_s_median") ? fixed(get(r["total_samples_per_s_median"]), 0) : "n/a")
-        << " | " << (std::isfinite(rank_lo) ? fixed(rank_lo, 0) + "-" + fixed(rank_hi, 0) : "n/a") << " |";
+      t << " " << (r.contains("total_samples_per_s_median") ? common::fixed(get(r["total_samples_per_s_median"]), 0) : "n/a")
+        << " | " << (std::isfinite(rank_lo) ? common::fixed(rank_lo, 0) + "-" + common::fixed(rank_hi, 0) : "n/a") << " |";
     }
     t << "\n";
   }

@@ -171,11 +171,11 @@ std::string also_at(const Config& c, const std::string& key) {
 // throughout and ends at train.lr: a recipe shortened to probe it, quickstart's 1 epoch with train.epochs=1).
 // Each error is located at the warm-up or the floor and names the other key with where it was set.
 void check_lr_schedule(const Config& c) {
-  const LrSchedule& s = c.schedule;
+  const engine::LrSchedule& s = c.schedule;
   const std::string epochs = also_at(c, "train.epochs");
   const std::string warmup = "train.warmup_epochs = " + value_text(c, "train.warmup_epochs");
   const std::string shape = "train.lr_schedule = " + value_text(c, "train.lr_schedule");
-  if (s.shape == LrShape::kTriangular && !(s.warmup_epochs < static_cast<double>(s.epochs))) {
+  if (s.shape == engine::LrShape::kTriangular && !(s.warmup_epochs < static_cast<double>(s.epochs))) {
     throw ConfigError(location_of(c, "train.warmup_epochs") + ": " + warmup + " is not before " + epochs + ": " +
                       shape + " peaks at epoch train.warmup_epochs, which must come before the end; lower "
                       "train.warmup_epochs or raise train.epochs");

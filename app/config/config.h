@@ -12,13 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "app/optim/lr_schedule.h"
-#include "app/step/step_options.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/step/step_options.h"
+#include "engine/step/step_trace.h"
 #include "data/dataset/dataset.h"
 #include "data/loader/loader.h"
 #include "data/transform/transforms.h"
 #include "model/batch_norm.h"
 #include "pipeline/augment/options.h"
+#include "pipeline/resolve_feed.h"
 #include "pipeline/transfer/options.h"
 
 namespace pinfeed::app {
@@ -29,17 +31,13 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// data.decoder: who decodes JPEGs. resolve_plan answers it in TransformOptions::gpu_decode (kAuto: nvJPEG on
-// CUDA where built in, else the CPU).
-enum class Decoder { kCpu, kNvjpeg, kAuto };
-
 // The dataset's folders and what a bad image does (app/plan/datasets.cpp opens it).
 struct DatasetOptions {
   std::string root;  // ImageFolder root (ROOT/train/<class>/..., ROOT/val/<class>/...); "~/" expanded
   std::string train_split = "train";
   std::string val_split = "val";
   data::BadImagePolicy on_bad_image = data::BadImagePolicy::kSkip;
-  Decoder decoder = Decoder::kAuto;
+  pipeline::Decoder decoder = pipeline::Decoder::kAuto;  // resolve_plan answers it in TransformOptions::gpu_decode
 };
 
 enum class Arch { kResNet50 };
@@ -65,19 +63,12 @@ struct TrainOptions {
   std::string init_from;            // a new run's starting weights, "~/" expanded; "" = none
 };
 
-// Consecutive step numbers, both ends included: run.trace_steps, bench --trace-steps.
-struct StepRange {
-  int64_t first = 0, last = 0;
-  int64_t size() const { return last - first + 1; }
-  std::string text() const { return std::to_string(first) + "-" + std::to_string(last); }
-};
-
 // The run's folder and what it writes there (app/run/).
 struct RunOptions {
   std::string name = "run";         // a new run's folder is <dir>/<timestamp>-<name>
   std::string dir = "runs";         // where run folders are made and `--resume last` looks
   bool log_steps = false;           // rank 0 writes each step's row to steps.jsonl
-  std::optional<StepRange> trace_steps;  // global steps to record a Kineto trace of; nullopt: none
+  std::optional<engine::StepRange> trace_steps;  // global steps to record a Kineto trace of; nullopt: none
   int64_t checkpoint_every = 1;     // last.pt every this many epochs (and after the last)
   double progress_interval_s = 10;  // the progress line's period when not on a terminal
 };
@@ -92,7 +83,7 @@ struct DistOptions {
   std::chrono::seconds timeout() const { return std::chrono::seconds(timeout_s); }
 };
 
-// Per-epoch step loop terms (app/step/step_loop.h takes them).
+// Per-epoch step loop terms (engine/step/step_loop.h takes them).
 struct LoopOptions {
   int64_t warmup_steps = 10;  // per epoch, left out of the wait/idle/samples-per-s figures
   int max_steps_ahead = 2;    // the host runs at most this many steps ahead of the GPU; 0 = no limit
@@ -104,8 +95,8 @@ struct Config {
   pipeline::augment::AugmentOptions augment;  // the training Feeder's; num_classes, label_smoothing: train_augment
   data::LoaderOptions train_loader;   // the validation loader is derived from it (app/plan/plan.cpp)
   ModelOptions model;
-  StepOptions step;
-  LrSchedule schedule;
+  engine::StepOptions step;
+  engine::LrSchedule schedule;
   TrainOptions train;
   pipeline::PipelineOptions pipeline;  // pipeline.mode's preset already applied to the flags
   LoopOptions loop;
@@ -145,13 +136,13 @@ std::string config_keys_markdown();  // docs/config-keys.md's table: `pinfeed he
 constexpr int64_t kMaxTraceSteps = 1000;
 // "A-B" (or "A": one step) -> the range; "" -> nullopt. Throws std::invalid_argument saying what is wrong
 // ("must be ..., got ..."), for the caller to prefix with the key or flag.
-std::optional<StepRange> parse_step_range(const std::string& text);
+std::optional<engine::StepRange> parse_step_range(const std::string& text);
 
 std::string expand_user(const std::string& path);
 
 // The names each enum-valued key reads and writes; logs and messages use the same (app/config/keys.cpp).
-const char* name_of(Precision precision);
-const char* name_of(Decoder decoder);
+const char* name_of(engine::Precision precision);
+const char* name_of(pipeline::Decoder decoder);
 const char* name_of(Backend backend);
 
 }  // namespace pinfeed::app

@@ -1,5 +1,5 @@
-// The key table: every TOML key, once, bound to the field that consumes it; and what is made from the table
-// (to_toml, pinfeed help config, docs/config-keys.md).
+// The key table: every TOML key, once, bound to the field that consumes it (config_text.cpp writes the config
+// out from it).
 #include "app/config/keys.h"
 
 #include <algorithm>
@@ -7,8 +7,6 @@
 #include <map>
 #include <regex>
 #include <sstream>
-
-#include <toml++/toml.h>
 
 #include "data/limits.h"
 
@@ -85,7 +83,7 @@ std::string check_run_name(const std::string& v) {
          " bytes, no '/', no \"..\", no control characters), got \"" + printable(v) + "\"";
 }
 
-std::string range_text(const std::optional<StepRange>& r) { return r ? r->text() : ""; }
+std::string range_text(const std::optional<engine::StepRange>& r) { return r ? r->text() : ""; }
 
 // Upper limits of the keys that size memory or threads (data/limits.h, shared with the Python module). The plan
 // (app/plan/plan.cpp) checks the sizes they combine into against this machine.
@@ -115,14 +113,14 @@ Names<std::optional<pipeline::Mode>> mode_names() {
 
 }  // namespace
 
-const Names<Precision>& precision_names() {
-  static const Names<Precision> names = {
-      {"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+const Names<engine::Precision>& precision_names() {
+  static const Names<engine::Precision> names = {
+      {"fp32", engine::Precision::kFp32}, {"tf32", engine::Precision::kTf32}, {"bf16", engine::Precision::kBf16}, {"fp16", engine::Precision::kFp16}};
   return names;
 }
 
-const Names<Decoder>& decoder_names() {
-  static const Names<Decoder> names = {{"cpu", Decoder::kCpu}, {"nvjpeg", Decoder::kNvjpeg}, {"auto", Decoder::kAuto}};
+const Names<pipeline::Decoder>& decoder_names() {
+  static const Names<pipeline::Decoder> names = {{"cpu", pipeline::Decoder::kCpu}, {"nvjpeg", pipeline::Decoder::kNvjpeg}, {"auto", pipeline::Decoder::kAuto}};
   return names;
 }
 
@@ -131,8 +129,8 @@ const Names<Backend>& backend_names() {
   return names;
 }
 
-const char* name_of(Precision p) { return precision_names().at(static_cast<size_t>(p)).first.c_str(); }
-const char* name_of(Decoder d) { return decoder_names().at(static_cast<size_t>(d)).first.c_str(); }
+const char* name_of(engine::Precision p) { return precision_names().at(static_cast<size_t>(p)).first.c_str(); }
+const char* name_of(pipeline::Decoder d) { return decoder_names().at(static_cast<size_t>(d)).first.c_str(); }
 const char* name_of(Backend b) { return backend_names().at(static_cast<size_t>(b)).first.c_str(); }
 
 const std::vector<Key>& keys() {
@@ -259,7 +257,7 @@ const std::vector<Key>& keys() {
       key("train.lr_reference_batch", PINFEED_FIELD(schedule.reference_batch), between(0, kMaxBatchSize),
           "0: lr is the rate as given; B: lr and min_lr are per B samples, scaled linearly to the global batch "
           "(batch_size x ranks; Goyal et al. 2017)"),
-      choice("train.optimizer", PINFEED_FIELD(step.optimizer.kind), optimizer_names(),
+      choice("train.optimizer", PINFEED_FIELD(step.optimizer.kind), engine::optimizer_names(),
              "sgd (momentum, weight decay) | lars (MLPerf's ResNet-50 LARS: SGD whose conv and fc weights step by "
              "their trust ratio, never BN's or biases) | lamb (timm.optim.Lamb: Adam's direction, weight decay, "
              "the trust ratio on decayed tensors, gradients clipped to a global norm)"),
@@ -290,7 +288,7 @@ const std::vector<Key>& keys() {
           "lamb: weights scaled by 1 - lr x weight_decay before the trust ratio, instead of the decay added to "
           "the update (timm's decoupled_decay)"),
       choice("train.lr_schedule", PINFEED_FIELD(schedule.shape),
-             {{"cosine", LrShape::kCosine}, {"triangular", LrShape::kTriangular}, {"poly", LrShape::kPoly}},
+             {{"cosine", engine::LrShape::kCosine}, {"triangular", engine::LrShape::kTriangular}, {"poly", engine::LrShape::kPoly}},
              "cosine (linear warm-up, then cosine to min_lr) | triangular (FFCV's cyclic: 1e-4 x lr at the start, "
              "linear up to lr at epoch warmup_epochs, linear down to min_lr at the end; each epoch interpolated by "
              "step) | poly (MLPerf's: linear warm-up, then min_lr + (lr - min_lr) x (1 - progress)^lr_poly_power)"),
@@ -389,14 +387,14 @@ const Key* find_key(const std::string& name) {
   return nullptr;
 }
 
-std::optional<StepRange> parse_step_range(const std::string& text) {
+std::optional<engine::StepRange> parse_step_range(const std::string& text) {
   if (text.empty()) return std::nullopt;
   // Digits only (no sign, no spaces), at most 12 each: far past any run's steps, far from overflow.
   static const std::regex re("([0-9]{1,12})(-([0-9]{1,12}))?");
   std::smatch m;
   const std::string expected = "must be \"A-B\" (steps A to B, 0 <= A <= B) or \"A\", got \"" + printable(text) + "\"";
   if (!std::regex_match(text, m, re)) throw std::invalid_argument(expected);
-  StepRange r;
+  engine::StepRange r;
   r.first = std::stoll(m[1].str());
   r.last = m[3].matched ? std::stoll(m[3].str()) : r.first;
   if (r.last < r.first) throw std::invalid_argument(expected);
@@ -412,74 +410,6 @@ std::string expand_user(const std::string& path) {
     if (const char* home = std::getenv("HOME")) return std::string(home) + path.substr(1);
   }
   return path;
-}
-
-namespace {
-
-// Every key's value, a table per section, in kSections' order when written.
-std::map<std::string, toml::table> section_tables(const Config& c) {
-  std::map<std::string, toml::table> sections;
-  for (const auto& k : keys()) {
-    const auto dot = k.name.find('.');
-    auto& t = sections[k.name.substr(0, dot)];
-    std::visit([&](const auto& v) { t.insert(k.name.substr(dot + 1), v); }, k.get(c));
-  }
-  return sections;
-}
-
-}  // namespace
-
-std::string to_toml(const Config& c) {
-  auto sections = section_tables(c);
-  std::ostringstream out;
-  for (const char* s : kSections) out << "[" << s << "]\n" << sections[s] << "\n\n";
-  return out.str();
-}
-
-std::string to_json(const Config& c) {
-  auto sections = section_tables(c);
-  toml::table all;
-  for (const char* s : kSections) all.insert(s, std::move(sections[s]));
-  std::ostringstream out;
-  out << toml::json_formatter{all} << "\n";
-  return out.str();
-}
-
-std::vector<KeyHelp> config_keys() {
-  const Config defaults;
-  std::vector<KeyHelp> out;
-  for (const auto& k : keys()) {
-    std::ostringstream d;
-    std::visit([&](const auto& v) {
-      using T = std::decay_t<decltype(v)>;
-      if constexpr (std::is_same_v<T, std::string>) d << '"' << v << '"';
-      else if constexpr (std::is_same_v<T, bool>) d << (v ? "true" : "false");
-      else d << v;
-    }, k.get(defaults));
-    out.push_back({k.name, type_name(k.type), d.str(), k.help});
-  }
-  return out;
-}
-
-std::string config_keys_markdown() {
-  std::ostringstream out;
-  out << "| key | type | default | what it does |\n|---|---|---|---|\n";
-  for (const auto& k : config_keys()) {
-    std::string help = k.help;
-    for (size_t at = 0; (at = help.find('|', at)) != std::string::npos; at += 2) help.replace(at, 1, "\\|");
-    out << "| `" << k.name << "` | " << k.type << " | `" << k.default_value << "` | " << help << " |\n";
-  }
-  return out.str();
-}
-
-const char* type_name(Type t) {
-  switch (t) {
-    case Type::kBool: return "bool";
-    case Type::kInt: return "integer";
-    case Type::kFloat: return "float";
-    case Type::kSwitch: return "bool or \"auto\"";
-    default: return "string";
-  }
 }
 
 }  // namespace pinfeed::app

@@ -17,8 +17,8 @@ const Key* find_key(const std::string& name);  // null: no such key
 const std::map<std::string, std::string>& renamed_keys();
 const char* type_name(Type type);
 
-const Names<Precision>& precision_names();
-const Names<Decoder>& decoder_names();
+const Names<engine::Precision>& precision_names();
+const Names<pipeline::Decoder>& decoder_names();
 const Names<Backend>& backend_names();
 
 }  // namespace pinfeed::app

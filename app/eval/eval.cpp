@@ -10,12 +10,12 @@
 #include <optional>
 
 #include "app/cli/command_line.h"
-#include "app/config/exit_codes.h"
-#include "app/config/format.h"
-#include "app/dist/distributed.h"
-#include "app/run/checkpoint.h"
+#include "engine/exit_codes.h"
+#include "common/format.h"
+#include "engine/dist/distributed.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "app/run/run_record.h"
-#include "app/step/step_runner.h"
+#include "engine/step/step_runner.h"
 #include "app/train/evaluate.h"
 #include "app/train/progress.h"
 #include "app/train/resume.h"
@@ -30,7 +30,7 @@ namespace {
 // What rank 0 reads in the file and every rank needs: the classifier's outputs (fc.weight's rows), the class
 // names (a pinfeed checkpoint's; none in a state dict) and the validation geometry it was validated with (a
 // pinfeed checkpoint's recorded data.* keys: side and resize ratio; null in a state dict).
-nlohmann::json model_facts(const Weights& w, const std::string& path) {
+nlohmann::json model_facts(const engine::Weights& w, const std::string& path) {
   const auto fc = w.model.find("fc.weight");
   if (fc == w.model.end() || fc->second.dim() != 2) {
     throw ConfigError(path + ": not the weights of a ResNet-50: it has no 2-D fc.weight");
@@ -69,9 +69,9 @@ data::TransformOptions eval_transform(const Plan& plan, const nlohmann::json& va
   if (side == config_side && ratio == t.val_resize_ratio) return t;
   if (main) {
     const std::string key = plan.locations.count("data.val_image_size") ? "data.val_image_size" : "data.image_size";
-    log::warn("evaluating at " + std::to_string(side) + " px, val_resize_ratio " + fmt_ms(ratio) + ", as " + path +
+    log::warn("evaluating at " + std::to_string(side) + " px, val_resize_ratio " + common::fmt_ms(ratio) + ", as " + path +
               " was validated; the config says " + std::to_string(config_side) + " px, " +
-              fmt_ms(t.val_resize_ratio) + " (" + location_of(plan, key) + "): give data.val_image_size=" +
+              common::fmt_ms(t.val_resize_ratio) + " (" + location_of(plan, key) + "): give data.val_image_size=" +
               std::to_string(config_side) + " to evaluate at its side");
   }
   t.val_size = side;
@@ -88,7 +88,7 @@ StartArgs with_checkpoint_config(StartArgs args, const std::string& checkpoint) 
     args.config = run_config_of(checkpoint);
     return args;
   }
-  const Weights w = load_weights(checkpoint);
+  const engine::Weights w = engine::load_weights(checkpoint);
   if (w.config.empty()) {
     throw ConfigError("eval: " + checkpoint + " is a state dict, which records no config: give -c CONFIG (its " +
                       "data.root at least)");
@@ -115,14 +115,14 @@ void add_eval_options(CLI::App& cmd, EvalArgs& a) {
   cmd.add_option("overrides", a.start.overrides, "section.key=value config overrides");
 }
 
-int run_eval(const EvalArgs& a, const StopRequest& stop) {
+int run_eval(const EvalArgs& a, const engine::StopRequest& stop) {
   const Plan plan = start(with_checkpoint_config(a.start, a.checkpoint), PlanUse::kEval);
-  Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
+  engine::Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] {
     configure_backend(plan);
     // Rank 0 reads the file; the others get what it says here and the weights by broadcast.
-    std::optional<Weights> weights;
-    if (dist.is_main()) weights = load_weights(a.checkpoint);
+    std::optional<engine::Weights> weights;
+    if (dist.is_main()) weights = engine::load_weights(a.checkpoint);
     const auto facts =
         nlohmann::json::parse(dist.share("eval_model", weights ? model_facts(*weights, a.checkpoint).dump() : ""));
     const int64_t num_classes = facts.at("num_classes").get<int64_t>();
@@ -151,10 +151,10 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
     const data::TransformOptions transform = eval_transform(plan, facts.at("validated"), a.checkpoint, dist.is_main());
     auto set = std::make_shared<data::Dataset>(std::move(folder), transform, /*train=*/false, plan.dataset.on_bad_image);
     data::LoaderOptions loader = plan.val_loader;
-    loader.stop_requested = stop_after_grace(stop);
+    loader.stop_requested = engine::stop_after_grace(stop);
     pipeline::Feeder feed(set, loader, plan.pipeline, plan.feeder);
     // The network the weights were trained as: model.blurpool is the checkpoint's (a state dict: the config's).
-    StepOptions step = plan.step;
+    engine::StepOptions step = plan.step;
     if (!facts.at("blurpool").is_null() && facts.at("blurpool").get<bool>() != step.net.blurpool) {
       step.net.blurpool = facts.at("blurpool").get<bool>();
       if (dist.is_main()) {
@@ -162,11 +162,11 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
                   " was trained (" + location_of(plan, "model.blurpool") + " says otherwise)");
       }
     }
-    StepRunner runner(step, num_classes, &dist);
+    engine::StepRunner runner(step, num_classes, &dist);
     if (weights) copy_weights(runner.model(), weights->model, a.checkpoint);
     runner.broadcast_state();
 
-    training_started();  // from here the first Ctrl-C ends the evaluation at the next batch
+    engine::training_started();  // from here the first Ctrl-C ends the evaluation at the next batch
     Progress progress(plan.run.progress_interval_s);
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t batches = feed.batches_per_epoch();
@@ -174,29 +174,29 @@ int run_eval(const EvalArgs& a, const StopRequest& stop) {
       if (!dist.is_main() || (done > 1 && !progress.due())) return;  // the first says it has started
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       progress.show("eval: batch " + std::to_string(done) + "/" + std::to_string(batches) + " | " +
-                    fmt_ms(samples / s) + " images/s | ETA " + eta_text(s / done * (batches - done)));
+                    common::fmt_ms(samples / s) + " images/s | ETA " + eta_text(s / done * (batches - done)));
     });
     progress.end();
     if (const int64_t bad = set->distinct_bad_images(); bad > 0) {
-      log::warn(count_of(bad, "bad image") + " found and replaced by other samples (data.on_bad_image = \"skip\")");
+      log::warn(common::count_of(bad, "bad image") + " found and replaced by other samples (data.on_bad_image = \"skip\")");
     }
     if (dist.any(stop.requested())) {
       if (dist.is_main()) log::warn("interrupted: no result");
-      return static_cast<int>(kExitInterrupted);
+      return static_cast<int>(engine::kExitInterrupted);
     }
-    if (!dist.is_main()) return static_cast<int>(kExitOk);
+    if (!dist.is_main()) return static_cast<int>(engine::kExitOk);
     const int side = data::side_of(transform, /*train=*/false, 0);
     if (a.json) {
       const nlohmann::json doc = {{"checkpoint", a.checkpoint}, {"split", root},     {"images", r.samples},
-                                  {"top1", num_or_null(r.top1)}, {"top5", num_or_null(r.top5)},
-                                  {"loss", num_or_null(r.loss)}, {"world_size", dist.world()},
+                                  {"top1", common::num_or_null(r.top1)}, {"top5", common::num_or_null(r.top5)},
+                                  {"loss", common::num_or_null(r.loss)}, {"world_size", dist.world()},
                                   {"image_size", side}};
       std::printf("%s\n", doc.dump().c_str());
     } else {
       std::printf("eval: top1 %.4f top5 %.4f loss %.4f on %lld images of %s at %d px (%s)\n", r.top1, r.top5, r.loss,
                   static_cast<long long>(r.samples), root.c_str(), side, a.checkpoint.c_str());
     }
-    return static_cast<int>(kExitOk);
+    return static_cast<int>(engine::kExitOk);
   });
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "app/plan/start.h"
-#include "app/run/signals.h"
+#include "engine/signals.h"
 
 namespace CLI {
 class App;
@@ -24,6 +24,6 @@ struct EvalArgs {
 void add_eval_options(CLI::App& command, EvalArgs& args);
 // Exit code; throws ConfigError, DataError as train does. Once `stop` is requested the evaluation ends without
 // a result (exit 130).
-int run_eval(const EvalArgs& args, const StopRequest& stop);
+int run_eval(const EvalArgs& args, const engine::StopRequest& stop);
 
 }  // namespace pinfeed::app

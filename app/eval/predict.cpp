@@ -14,9 +14,9 @@
 #include <tuple>
 
 #include "app/config/config.h"
-#include "app/config/exit_codes.h"
-#include "app/run/checkpoint.h"
-#include "app/run/signals.h"
+#include "engine/exit_codes.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/signals.h"
 #include "app/train/resume.h"
 #include "common/log.h"
 #include "data/dataset/image_folder.h"
@@ -92,8 +92,8 @@ void add_predict_options(CLI::App& cmd, PredictArgs& a) {
 }
 
 int run_predict(const PredictArgs& a) {
-  install_signal_handlers();
-  Weights w = load_weights(a.checkpoint);
+  engine::install_signal_handlers();
+  engine::Weights w = engine::load_weights(a.checkpoint);
   const auto fc = w.model.find("fc.weight");
   if (fc == w.model.end() || fc->second.dim() != 2) {
     throw ConfigError(a.checkpoint + ": not the weights of a ResNet-50: it has no 2-D fc.weight");
@@ -201,7 +201,7 @@ int run_predict(const PredictArgs& a) {
     std::fflush(stdout);
   }
   if (bad > 0) log::error(std::to_string(bad) + " of " + std::to_string(inputs.size()) + " input(s) could not be predicted");
-  return bad > 0 ? static_cast<int>(kExitData) : static_cast<int>(kExitOk);
+  return bad > 0 ? static_cast<int>(engine::kExitData) : static_cast<int>(engine::kExitOk);
 }
 
 }  // namespace pinfeed::app

@@ -20,8 +20,8 @@ struct CpuFallback {
 };
 
 const CpuFallback kCpuFallbacks[] = {
-    {"train.precision", false, [](const Plan& p) { return autocast_dtype(p.step.precision).has_value(); },
-     [](Plan& p) { p.step.precision = Precision::kFp32; }, "in fp32"},  // pinfeed's autocast is CUDA's
+    {"train.precision", false, [](const Plan& p) { return engine::autocast_dtype(p.step.precision).has_value(); },
+     [](Plan& p) { p.step.precision = engine::Precision::kFp32; }, "in fp32"},  // pinfeed's autocast is CUDA's
     {"train.cuda_graph", true, [](const Plan& p) { return p.train.cuda_graph == true; },
      [](Plan& p) { p.train.cuda_graph = false; }, "eagerly"},
     {"model.fused_bn", true, [](const Plan& p) { return p.model.fused_bn == true; },
@@ -33,8 +33,8 @@ const CpuFallback kCpuFallbacks[] = {
      [](Plan& p) { p.model.stem_max_pool = false; }, "with ATen's max pool"},
     {"model.pad_input", false, [](const Plan& p) { return p.model.pad_input == true; },
      [](Plan& p) { p.model.pad_input = false; }, "on float32 RGB input"},
-    {"data.decoder", false, [](const Plan& p) { return p.dataset.decoder == Decoder::kNvjpeg; },
-     [](Plan& p) { p.dataset.decoder = Decoder::kCpu; }, "with the JPEGs decoded on the CPU"},
+    {"data.decoder", false, [](const Plan& p) { return p.dataset.decoder == pipeline::Decoder::kNvjpeg; },
+     [](Plan& p) { p.dataset.decoder = pipeline::Decoder::kCpu; }, "with the JPEGs decoded on the CPU"},
 };
 
 }  // namespace

@@ -22,7 +22,7 @@ namespace {
 
 // "auto" -> cuda if available else cpu; several ranks on CUDA: cuda:LOCAL_RANK. Throws ConfigError for a
 // device that is not there.
-c10::Device resolve_device(const Config& c, const DistEnv& dist) {
+c10::Device resolve_device(const Config& c, const engine::DistEnv& dist) {
   const std::string& d = c.train.device;
   const std::string loc = location_of(c, "train.device");
   if (d == "cpu" || (d == "auto" && !gpu::available())) return c10::Device(c10::kCPU);
@@ -99,7 +99,7 @@ std::string location_of_first_set(const Config& c, const std::vector<std::string
 void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes) {
   const Config& c = p;
   const int64_t batch = p.train_loader.batch_size;
-  const bool half = autocast_dtype(p.step.precision).has_value();
+  const bool half = engine::autocast_dtype(p.step.precision).has_value();
   const int element_bytes = half ? 2 : 4;
   // A schedule: the largest side's step; under CUDA graphs, every side's, since each graph keeps its own memory.
   const std::vector<int> sides = p.transform.schedule.sides(p.schedule.epochs, p.transform.size);
@@ -109,7 +109,7 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
   for (int side : sides) {
     if (graphs || side == size) activations += activation_bytes(batch, side, element_bytes, p.step.net.blurpool);
   }
-  const double state = model_state_bytes(c.model.num_classes, p.step.optimizer.kind == OptimizerKind::kLamb ? 3 : 1,
+  const double state = model_state_bytes(c.model.num_classes, p.step.optimizer.kind == engine::OptimizerKind::kLamb ? 3 : 1,
                                          p.step.ema.enabled);
   std::string sizes_text = std::to_string(size) + " px";
   if (graphs) {
@@ -210,7 +210,7 @@ std::string precision_text(const Plan& p) { return std::string("\"") + name_of(p
 bool resolve_fused_bn(const Plan& p) {
   const std::string why = model::fused_batch_norm_unavailable_reason();
   const std::string missing = own_op_missing(
-      p, !autocast_dtype(p.step.precision) ? "train.precision = \"bf16\" or \"fp16\" (is " + precision_text(p) + ")"
+      p, !engine::autocast_dtype(p.step.precision) ? "train.precision = \"bf16\" or \"fp16\" (is " + precision_text(p) + ")"
          : !why.empty()                    ? "cuDNN: " + why
                                            : "");
   return settle(p, p.model.fused_bn, "model.fused_bn", missing, "to fall back to ATen's BatchNorm");
@@ -237,7 +237,7 @@ model::GraphBatchNorm resolve_bn_graph(const Plan& p, bool fused_bn) {
   const std::string missing = !fused_bn ? "the fused BatchNorm (model.fused_bn did not resolve to it under this plan)"
                               : !why.empty() ? why
                                              : "";
-  const bool fp16 = p.step.precision == Precision::kFp16;
+  const bool fp16 = p.step.precision == engine::Precision::kFp16;
   const std::string at = location_of(p, "model.bn_graph") + ": model.bn_graph = \"";
   if (asked == GraphBatchNorm::kConv && missing.empty() && !fp16) {
     throw ConfigError(at + "conv\" needs train.precision = \"fp16\" (is " + precision_text(p) +
@@ -261,7 +261,7 @@ bool resolve_fold_grad_add(const Plan& p, bool fused_bn) {
 // (cuDNN's bf16 stem is as slow with 4 channels as with 3).
 bool resolve_pad_input(const Plan& p, bool uint8_pixels) {
   const std::string missing = own_op_missing(
-      p, p.step.precision != Precision::kFp16 ? "train.precision = \"fp16\" (is " + precision_text(p) + ")"
+      p, p.step.precision != engine::Precision::kFp16 ? "train.precision = \"fp16\" (is " + precision_text(p) + ")"
          : !uint8_pixels ? "pipeline.transfer_dtype = \"uint8\" or data.decoder = \"nvjpeg\""
                          : "");
   return settle(p, p.model.pad_input, "model.pad_input", missing, "to fall back to float32 RGB");
@@ -280,26 +280,22 @@ void resolve_step_switches(Plan& p) {
   }
 }
 
-// pipeline.mode = "auto" with none of its three flags written: dual_stream on CUDA (the mode measured fastest,
-// docs/transfer-modes.md), the flags' defaults (pageable) on the CPU, which has no transfer to overlap.
-void resolve_transfer_mode(Plan& p) {
-  if (p.pipeline.mode || !p.device.is_cuda()) return;
+// pipeline.mode or one of its three flags written: the user chose how batches cross; else the feed's rule does.
+bool transfer_mode_chosen(const Plan& p) {
+  if (p.pipeline.mode) return true;
   for (const char* flag : {"pipeline.pin_memory", "pipeline.non_blocking", "pipeline.dual_stream"}) {
-    if (p.locations.count(flag)) return;
+    if (p.locations.count(flag)) return true;
   }
-  const auto& preset = pipeline::preset_of(pipeline::Mode::kDualStream);
-  p.pipeline.pin_memory = preset.pin_memory;
-  p.pipeline.non_blocking = preset.non_blocking;
-  p.pipeline.dual_stream = preset.dual_stream;
+  return false;
 }
 
 }  // namespace
 
 bool may_decode_on_gpu(const Config& c) {
-  return c.dataset.decoder == Decoder::kNvjpeg || (c.dataset.decoder == Decoder::kAuto && c.train.device != "cpu");
+  return c.dataset.decoder != pipeline::Decoder::kCpu && c.train.device != "cpu";
 }
 
-Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
+Plan resolve_plan(const Config& c, const engine::DistEnv& dist, PlanUse use) {
   Plan p;
   static_cast<Config&>(p) = c;
   p.dist_env = dist;
@@ -307,7 +303,6 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   fall_back_to_pageable(p);
   fall_back_on_the_cpu(p, use);
   resolve_step_switches(p);
-  resolve_transfer_mode(p);
   if (const Problem problem = device_problem(p); !problem.message.empty()) {
     throw ConfigError(location_of(c, problem.key) + ": " + problem.message);
   }
@@ -315,33 +310,32 @@ Plan resolve_plan(const Config& c, const DistEnv& dist, PlanUse use) {
   // (use_plan_device, after resolving).
   if (p.device.is_cuda()) p.compute_stream = gpu::current_stream(p.device);
 
-  // data.decoder: nvjpeg leaves JPEGs to the GPU, which writes uint8 pixels normalised there, so the pixels
-  // cross as uint8 whatever pipeline.transfer_dtype says. auto: nvjpeg where it can run (CUDA, built in).
-  const std::string nvjpeg_problem = may_decode_on_gpu(p) ? gpu::JpegDecoder::problem_on(p.device) : "not asked for";
-  if (p.dataset.decoder == Decoder::kNvjpeg && !nvjpeg_problem.empty()) {
-    throw ConfigError(location_of(c, "data.decoder") + ": data.decoder = \"nvjpeg\" " + nvjpeg_problem);
+  // data.decoder, the pixels' crossing and the auto transfer mode: the feed's rules (pipeline/resolve_feed.h).
+  pipeline::FeedAnswer feed;
+  try {
+    feed = pipeline::resolve_feed({p.dataset.decoder, p.device,
+                                   p.pipeline.transfer_dtype == pipeline::TransferDtype::kUint8, c.augment.pixel_ops(),
+                                   /*normalised=*/true, transfer_mode_chosen(p)});
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(location_of(c, "data.decoder") + ": " + e.what());
   }
-  p.transform.gpu_decode = nvjpeg_problem.empty();
-  bool uint8_pixels = p.pipeline.transfer_dtype == pipeline::TransferDtype::kUint8;
-  if (p.transform.gpu_decode) {
-    if (!uint8_pixels && c.locations.count("pipeline.transfer_dtype")) {
-      log::warn(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"float32\" does not apply "
-                "with data.decoder = \"nvjpeg\": the GPU decodes to uint8 and normalises there");
-    }
-    uint8_pixels = true;
-    p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
+  p.transform.gpu_decode = feed.gpu_decode;
+  p.transform.format = feed.format;
+  p.pipeline.transfer_dtype = feed.transfer_dtype;
+  const bool uint8_pixels = feed.transfer_dtype == pipeline::TransferDtype::kUint8;
+  if (feed.uint8_because != pipeline::Uint8Because::kAsked && uint8_pixels && c.locations.count("pipeline.transfer_dtype")) {
+    const std::string why = feed.uint8_because == pipeline::Uint8Because::kGpuDecoder
+        ? "data.decoder = \"nvjpeg\": the GPU decodes to uint8 and normalises there"
+        : "data.auto_augment = \"" + pipeline::augment::policy_text(c.augment.auto_augment) +
+              "\": its ops work on the uint8 pixels, on the device";
+    log::warn(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"float32\" does not apply with " + why);
   }
-  // data.auto_augment's ops are torchvision's uint8 ones, applied on the device before the normalisation.
-  if (c.augment.pixel_ops() && !uint8_pixels) {
-    if (c.locations.count("pipeline.transfer_dtype")) {
-      log::warn(location_of(c, "pipeline.transfer_dtype") + ": pipeline.transfer_dtype = \"float32\" does not apply "
-                "with data.auto_augment = \"" + pipeline::augment::policy_text(c.augment.auto_augment) +
-                "\": its ops work on the uint8 pixels, on the device");
-    }
-    uint8_pixels = true;
-    p.pipeline.transfer_dtype = pipeline::TransferDtype::kUint8;
+  if (feed.preset) {  // the flags only: pipeline.mode stays as written
+    const auto& preset = pipeline::preset_of(*feed.preset);
+    p.pipeline.pin_memory = preset.pin_memory;
+    p.pipeline.non_blocking = preset.non_blocking;
+    p.pipeline.dual_stream = preset.dual_stream;
   }
-  p.transform.format = uint8_pixels ? data::PixelFormat::kUint8Hwc : data::PixelFormat::kFloat32Chw;
 
   model::ResNetOptions& net = p.step.net;
   net.fused_bn = resolve_fused_bn(p);
@@ -407,7 +401,7 @@ void configure_backend(const Plan& p) {
   if (!p.device.is_cuda()) return;
   auto& ctx = at::globalContext();
   ctx.setBenchmarkCuDNN(p.train.cudnn_benchmark);
-  const bool tf32 = p.step.precision != Precision::kFp32;  // autocast leaves some fp32 matmuls; TF32 them too
+  const bool tf32 = p.step.precision != engine::Precision::kFp32;  // autocast leaves some fp32 matmuls; TF32 them too
   ctx.setAllowTF32CuBLAS(tf32);
   ctx.setAllowTF32CuDNN(tf32);
 }

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "app/config/config.h"
-#include "app/dist/distributed.h"
+#include "engine/dist/distributed.h"
 #include "data/dataset/dataset.h"
 #include "data/loader/loader.h"
 #include "model/batch_norm.h"
@@ -31,7 +31,7 @@ struct Plan : Config {
   Backend backend = Backend::kGloo;           // dist.backend settled: nccl or gloo
   data::LoaderOptions val_loader;             // train_loader's, in order and once through
   pipeline::FeederOptions feeder;             // device, compute stream, layout, the model's input type
-  DistEnv dist_env;  // this process's place (world 1 without a launcher)
+  engine::DistEnv dist_env;  // this process's place (world 1 without a launcher)
 };
 
 // What the plan is for. Evaluating (pinfeed eval) runs the model forward only: what only a training step needs
@@ -45,7 +45,7 @@ enum class PlanUse { kTrain, kEval };
 // back with one warning each, so that a GPU recipe still runs there: the transfer flags (a preset's or written
 // ones) to mode pageable, as a pinned ring over its budget does (there is no transfer to overlap); half precision
 // to fp32, a CUDA graph to the eager step, pinfeed's CUDA kernels to ATen's, nvJPEG to the CPU decoder.
-Plan resolve_plan(const Config& config, const DistEnv& dist = {}, PlanUse use = PlanUse::kTrain);
+Plan resolve_plan(const Config& config, const engine::DistEnv& dist = {}, PlanUse use = PlanUse::kTrain);
 // The same plan in another transfer mode, checked again for its device.
 Plan with_mode(const Plan& plan, const pipeline::ModePreset& preset);
 // Whether the GPU may decode JPEGs under this config, before the device is resolved: what resolve_plan's answer

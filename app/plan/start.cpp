@@ -4,8 +4,8 @@
 
 #include <stdlib.h>
 
-#include "app/dist/distributed.h"
-#include "app/run/signals.h"
+#include "engine/dist/distributed.h"
+#include "engine/signals.h"
 #include "gpu/gpu.h"
 
 namespace pinfeed::app {
@@ -30,12 +30,12 @@ void add_device_options(CLI::App& command, StartArgs& args) {
 }
 
 Plan start(const StartArgs& args, PlanUse use) {
-  install_signal_handlers();
+  engine::install_signal_handlers();
   const Config config = args.config.empty() && !args.config_text.empty()
                             ? parse_config_string(args.config_text, args.config_origin, overrides_of(args))
                             : load_config(args.config, overrides_of(args));
   set_cuda_environment(config);  // resolve_plan's device checks initialise CUDA
-  const Plan plan = resolve_plan(config, dist_env_from_environment(), use);
+  const Plan plan = resolve_plan(config, engine::dist_env_from_environment(), use);
   use_plan_device(plan);
   return plan;
 }

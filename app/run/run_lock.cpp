@@ -22,7 +22,7 @@ std::string lock_path(const std::string& dir) { return (fs::path(dir) / "run.loc
 int take(const std::string& dir) {
   const std::string path = lock_path(dir);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // CLOEXEC: no child inherits it
-  if (fd < 0) throw OutputError("cannot create " + path + ": " + std::strerror(errno));
+  if (fd < 0) throw engine::OutputError("cannot create " + path + ": " + std::strerror(errno));
   int rc;
   while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
   }
@@ -30,7 +30,7 @@ int take(const std::string& dir) {
     const int err = errno;
     ::close(fd);
     if (err == EWOULDBLOCK) return -1;
-    throw OutputError("cannot lock " + path + ": " + std::strerror(err));
+    throw engine::OutputError("cannot lock " + path + ": " + std::strerror(err));
   }
   // The holder's pid, for the message another process prints; not needed for the lock itself.
   const std::string pid = std::to_string(::getpid()) + "\n";
@@ -78,16 +78,16 @@ std::vector<std::string> remove_abandoned_temp_files(const std::string& runs_dir
     if (!run.is_directory(ec) || !fs::exists(run.path() / "run.lock", ec)) continue;  // never a pinfeed run folder
     bool any = false;
     for (const auto& entry : fs::directory_iterator(run.path(), ec)) {
-      any = any || is_pinfeed_temp_name(entry.path().filename().string());
+      any = any || engine::is_pinfeed_temp_name(entry.path().filename().string());
     }
     if (!any) continue;
     try {
       const std::optional<RunLock> lock = RunLock::try_take(run.path().string());
       if (!lock) continue;  // a live writer: its temp files are writes in progress
-      for (const std::string& name : remove_stale_temp_files(run.path().string())) {
+      for (const std::string& name : engine::remove_stale_temp_files(run.path().string())) {
         removed.push_back((run.path() / name).string());
       }
-    } catch (const OutputError&) {
+    } catch (const engine::OutputError&) {
       // a folder this process cannot write: not its business
     }
   }

@@ -9,7 +9,7 @@
 #include <map>
 #include <sstream>
 
-#include "app/config/format.h"
+#include "common/format.h"
 #include "common/log.h"
 
 namespace pinfeed::app {
@@ -38,7 +38,7 @@ std::string csv_line(const nlohmann::json& row) {
 
 std::string read_text(const std::string& path) {
   if (!std::filesystem::exists(path)) return {};
-  const std::vector<char> bytes = read_file_bytes(path);
+  const std::vector<char> bytes = engine::read_file_bytes(path);
   return std::string(bytes.begin(), bytes.end());
 }
 
@@ -58,7 +58,7 @@ std::vector<std::pair<std::string, nlohmann::json>> json_rows(const std::string&
 }
 
 void replace_if_changed(const std::string& path, const std::string& before, const std::string& after) {
-  if (after != before) write_file_atomic(path, after);
+  if (after != before) engine::write_file_atomic(path, after);
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ void replace_if_changed(const std::string& path, const std::string& before, cons
 RunOutputs::RunOutputs(const RunOutputsOptions& o, const std::string& dir, const std::optional<ResumePoint>& resumed,
                        const RunStart& start)
     : dir_(dir) {
-  for (const std::string& name : remove_stale_temp_files(dir)) {
+  for (const std::string& name : engine::remove_stale_temp_files(dir)) {
     log::warn("removed " + path(name) + ": the temp file of a write cut short (kill -9, a second Ctrl-C, power loss)");
   }
   const bool legacy_steps = !std::filesystem::exists(path("run.json"));  // before this start writes it
@@ -74,19 +74,19 @@ RunOutputs::RunOutputs(const RunOutputsOptions& o, const std::string& dir, const
   // is kept beside it, named in its run.json record.
   config_file_ = "config.toml";
   for (int n = 1; std::filesystem::exists(path(config_file_)); ++n) config_file_ = "config.resume-" + std::to_string(n) + ".toml";
-  write_file_atomic(path(config_file_), o.config_toml);
+  engine::write_file_atomic(path(config_file_), o.config_toml);
   append_start_record(dir, o.name, start_record(start, config_file_));
   if (resumed) keep_rows_reached(*resumed, legacy_steps);
-  jsonl_ = AppendFile(path("metrics.jsonl"));
-  csv_ = AppendFile(path("metrics.csv"));
-  if (o.log_steps) steps_ = AppendFile(path("steps.jsonl"));
+  jsonl_ = engine::AppendFile(path("metrics.jsonl"));
+  csv_ = engine::AppendFile(path("metrics.csv"));
+  if (o.log_steps) steps_ = engine::AppendFile(path("steps.jsonl"));
   if (csv_.empty()) csv_.append(csv_header());
   std::istringstream listed(read_text(path("bad_images.tsv")));
   std::string line;
   for (std::getline(listed, line); std::getline(listed, line);) {
     bad_listed_.insert(tsv_unescape(line.substr(0, line.find('\t'))));
   }
-  bad_ = AppendFile(path("bad_images.tsv"));
+  bad_ = engine::AppendFile(path("bad_images.tsv"));
   if (bad_.empty()) bad_.append("path\treason");
 }
 
@@ -136,14 +136,14 @@ void RunOutputs::epoch(const nlohmann::json& row) {
   csv_.append(csv_line(row));
 }
 
-void RunOutputs::steps(int64_t epoch, const std::vector<StepRow>& rows) {
+void RunOutputs::steps(int64_t epoch, const std::vector<engine::StepRow>& rows) {
   if (!steps_.is_open()) return;
-  for (const StepRow& row : rows) {
+  for (const engine::StepRow& row : rows) {
     const pipeline::StepRecord& r = row.record;
-    steps_.append(nlohmann::json{{"epoch", epoch + 1}, {"step", r.step}, {"loss", num_or_null(row.loss)},
-                                 {"lr", num_or_null(row.lr)}, {"samples", r.samples}, {"warmup", r.warmup},
-                                 {"wait_ms", r.wait_ms}, {"loader_ms", r.loader_ms}, {"ahead_ms", num_or_null(r.ahead_ms)},
-                                 {"h2d_ms", num_or_null(r.h2d_ms)}, {"compute_ms", num_or_null(r.compute_ms)}}
+    steps_.append(nlohmann::json{{"epoch", epoch + 1}, {"step", r.step}, {"loss", common::num_or_null(row.loss)},
+                                 {"lr", common::num_or_null(row.lr)}, {"samples", r.samples}, {"warmup", r.warmup},
+                                 {"wait_ms", r.wait_ms}, {"loader_ms", r.loader_ms}, {"ahead_ms", common::num_or_null(r.ahead_ms)},
+                                 {"h2d_ms", common::num_or_null(r.h2d_ms)}, {"compute_ms", common::num_or_null(r.compute_ms)}}
                       .dump(),
                   /*sync=*/false);
   }

@@ -17,6 +17,7 @@
 #include "app/run/run_files.h"
 #include "app/run/run_record.h"
 #include "data/dataset/dataset.h"
+#include "engine/step/step_losses.h"
 #include "pipeline/timing/step_meter.h"
 
 namespace pinfeed::app {
@@ -25,13 +26,6 @@ namespace pinfeed::app {
 struct ResumePoint {
   int64_t epoch = 0;          // 0-based: the epoch to continue in
   int64_t step_in_epoch = 0;  // steps of it already trained
-};
-
-// One row of steps.jsonl: the meter's figures, the step's training loss (this rank's, NaN if unknown) and lr.
-struct StepRow {
-  pipeline::StepRecord record;
-  double loss = NAN;
-  double lr = NAN;
 };
 
 // What a run's outputs are written from, beside its folder.
@@ -57,7 +51,7 @@ class RunOutputs {
   void epoch(const nlohmann::json& row);
   // epoch: 0-based, as the loop counts; written from 1. Rows are not fsynced (a resume drops those past the
   // checkpoint anyway).
-  void steps(int64_t epoch, const std::vector<StepRow>& rows);
+  void steps(int64_t epoch, const std::vector<engine::StepRow>& rows);
   const std::string& config_file() const { return config_file_; }  // the config this start wrote
   // Appends to bad_images.tsv the files not listed yet (a resumed run's datasets find them again).
   void bad_images(const std::vector<data::BadImage>& found);
@@ -70,7 +64,7 @@ class RunOutputs {
 
   std::string dir_;
   std::string config_file_;
-  AppendFile csv_, jsonl_, steps_, bad_;
+  engine::AppendFile csv_, jsonl_, steps_, bad_;
   std::unordered_set<std::string> bad_listed_;  // paths in bad_images.tsv (unescaped)
 };
 

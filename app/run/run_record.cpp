@@ -135,7 +135,7 @@ void append_start_record(const std::string& dir, const std::string& run_name, co
   }
   if (doc.is_null()) doc = {{"format", 1}, {"name", run_name}, {"starts", nlohmann::json::array()}};
   doc["starts"].push_back(record);
-  write_file_atomic(path, doc.dump(2) + "\n");
+  engine::write_file_atomic(path, doc.dump(2) + "\n");
 }
 
 namespace {

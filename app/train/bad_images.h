@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "app/dist/distributed.h"
+#include "engine/dist/distributed.h"
 #include "app/plan/datasets.h"
 #include "app/run/run_outputs.h"
 
@@ -13,7 +13,7 @@ namespace pinfeed::app {
 
 class BadImages {
  public:
-  BadImages(const Datasets& sets, Distributed& dist) : sets_(sets), dist_(dist) {}
+  BadImages(const Datasets& sets, engine::Distributed& dist) : sets_(sets), dist_(dist) {}
 
   // Rank 0: a resumed run counts the training set's files bad_images.tsv listed before too.
   void count_listed(const RunOutputs& out);
@@ -31,7 +31,7 @@ class BadImages {
 
  private:
   const Datasets& sets_;
-  Distributed& dist_;
+  engine::Distributed& dist_;
   std::unordered_set<std::string> train_bad_;
 };
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "app/config/format.h"
+#include "common/format.h"
 #include "app/train/progress.h"
 #include "common/log.h"
 
@@ -15,11 +15,11 @@ namespace pinfeed::app {
 namespace {
 
 // An accuracy (a fraction, as the files hold it) as the log line shows it: "67.10%".
-std::string percent(double fraction) { return std::isnan(fraction) ? "n/a" : fixed(100 * fraction, 2) + "%"; }
+std::string accuracy(double fraction) { return common::percent(fraction, 2); }
 
 }  // namespace
 
-RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t) {
+RankSpread spread(engine::Distributed& dist, const pipeline::EpochTiming& t) {
   const std::vector<double> all = dist.all_gather({t.samples_per_s, t.wait_ms.mean, t.gpu_idle});
   RankSpread s;
   s.world = dist.world();
@@ -53,13 +53,13 @@ std::string sides_text(const Plan& plan) {
 }  // namespace
 
 void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& sets, const pipeline::Feeder& feed,
-                  int64_t steps_per_epoch, bool graphed, const Distributed& dist) {
+                  int64_t steps_per_epoch, bool graphed, const engine::Distributed& dist) {
   log::info("run " + run_dir + ": " + std::to_string(sets.train->size()) + " train images, " +
             std::to_string(sets.num_classes) + " classes, device " + plan.device.str() + ", mode " +
             feed.mode() + " (transfer " + pipeline::to_string(plan.pipeline.transfer_dtype) + "), " +
-            count_of(feed.workers(), "worker") +
+            common::count_of(feed.workers(), "worker") +
             (plan.transform.gpu_decode ? " reading files for the GPU's JPEG decoder (nvJPEG), " : " decoding, ") + std::to_string(steps_per_epoch) +
-            " steps/epoch, image size " + sides_text(plan) + ", precision " + name_of(plan.step.precision) + (plan.step.precision == Precision::kFp16 ? " (loss scaling)" : "") +
+            " steps/epoch, image size " + sides_text(plan) + ", precision " + name_of(plan.step.precision) + (plan.step.precision == engine::Precision::kFp16 ? " (loss scaling)" : "") +
             (plan.step.net.fused_bn ? ", fused BatchNorm (cuDNN)" : "") +
             (plan.step.net.bn_graph == model::GraphBatchNorm::kSmall ? std::string(" (graph API at 14x14 and smaller)")
              : plan.step.net.bn_graph == model::GraphBatchNorm::kAll ? std::string(" (graph API)")
@@ -70,7 +70,7 @@ void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& 
             (dist.active() ? ", " + std::to_string(dist.world()) + " ranks (global batch " +
                                   std::to_string(plan.train_loader.batch_size * dist.world()) + ")"
                             : "") +
-            ", " + name_of(plan.step.optimizer.kind) + ", peak lr " + fmt_ms(plan.schedule.peak_lr()) +
+            ", " + name_of(plan.step.optimizer.kind) + ", peak lr " + common::fmt_ms(plan.schedule.peak_lr()) +
             (plan.step.ema.enabled ? ", EMA of the weights (decay " + c10::str(plan.step.ema.decay) +
                                          (plan.step.ema.warmup ? ", warm-up" : "") + ")"
                                    : ""));
@@ -82,7 +82,7 @@ std::string progress_line(const Plan& plan, int64_t epoch, const EpochProgress& 
   std::ostringstream line;
   line << "epoch " << epoch + 1 << "/" << plan.schedule.epochs << " step " << p.step << "/" << steps_per_epoch << " | "
        << (std::isnan(rate) ? std::string("warming up") : std::to_string(static_cast<int64_t>(rate)) + " samples/s")
-       << " | loss " << fmt_ms(loss) << " | lr " << p.lr << " | ETA "
+       << " | loss " << common::fmt_ms(loss) << " | lr " << p.lr << " | ETA "
        << (std::isnan(rate) ? std::string("after the warm-up") : eta_text(left * plan.train_loader.batch_size / rate));
   return line.str();
 }
@@ -97,46 +97,46 @@ double seconds_since_start() {
 void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& feed, const EpochResult& er,
                   const EpochProgress& p, const RankSpread& ranks) {
   const pipeline::EpochTiming& t = p.timing;
-  out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"image_size", er.image_size}, {"train_loss", num_or_null(er.train_loss)},
-             {"val_loss", num_or_null(er.val_loss)}, {"val_top1", num_or_null(er.val_top1)},
-             {"val_top5", num_or_null(er.val_top5)}, {"ema_val_loss", num_or_null(er.ema_val_loss)},
-             {"ema_val_top1", num_or_null(er.ema_val_top1)}, {"ema_val_top5", num_or_null(er.ema_val_top5)},
+  out.epoch({{"epoch", er.epoch}, {"lr", p.lr}, {"image_size", er.image_size}, {"train_loss", common::num_or_null(er.train_loss)},
+             {"val_loss", common::num_or_null(er.val_loss)}, {"val_top1", common::num_or_null(er.val_top1)},
+             {"val_top5", common::num_or_null(er.val_top5)}, {"ema_val_loss", common::num_or_null(er.ema_val_loss)},
+             {"ema_val_top1", common::num_or_null(er.ema_val_top1)}, {"ema_val_top5", common::num_or_null(er.ema_val_top5)},
              {"best_weights", er.best_weights.empty() ? nlohmann::json() : nlohmann::json(er.best_weights)},
-             {"samples_per_s", num_or_null(t.samples_per_s)},
+             {"samples_per_s", common::num_or_null(t.samples_per_s)},
              {"epoch_s", er.epoch_seconds}, {"wall_s", seconds_since_start()},
-             {"eval_s", num_or_null(er.eval_seconds)},
-             {"capture_s", num_or_null(p.captured ? p.captured->seconds : NAN)}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
-             {"wait_ms_mean", num_or_null(t.wait_ms.mean)}, {"wait_ms_p50", num_or_null(t.wait_ms.p50)},
-             {"wait_ms_p95", num_or_null(t.wait_ms.p95)}, {"loader_ms_mean", num_or_null(t.loader_ms.mean)},
-             {"ahead_ms_mean", num_or_null(t.ahead_ms.mean)}, {"h2d_ms_mean", num_or_null(t.h2d_ms.mean)},
-             {"compute_ms_mean", num_or_null(t.compute_ms.mean)}, {"gpu_idle", num_or_null(t.gpu_idle)},
+             {"eval_s", common::num_or_null(er.eval_seconds)},
+             {"capture_s", common::num_or_null(p.captured ? p.captured->seconds : NAN)}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
+             {"wait_ms_mean", common::num_or_null(t.wait_ms.mean)}, {"wait_ms_p50", common::num_or_null(t.wait_ms.p50)},
+             {"wait_ms_p95", common::num_or_null(t.wait_ms.p95)}, {"loader_ms_mean", common::num_or_null(t.loader_ms.mean)},
+             {"ahead_ms_mean", common::num_or_null(t.ahead_ms.mean)}, {"h2d_ms_mean", common::num_or_null(t.h2d_ms.mean)},
+             {"compute_ms_mean", common::num_or_null(t.compute_ms.mean)}, {"gpu_idle", common::num_or_null(t.gpu_idle)},
              {"mode", feed.mode()},
              {"pinned_mb", static_cast<double>(feed.pinned_bytes()) / (1 << 20)}, {"host_rss_mb", host_rss_mb()},
              {"workers", feed.workers()}, {"bad_images", p.bad_images}, {"world_size", ranks.world},
-             {"global_samples_per_s", num_or_null(ranks.global_samples_per_s)},
-             {"samples_per_s_min", num_or_null(ranks.samples_per_s_min)},
-             {"samples_per_s_max", num_or_null(ranks.samples_per_s_max)},
-             {"wait_ms_mean_min", num_or_null(ranks.wait_min)}, {"wait_ms_mean_max", num_or_null(ranks.wait_max)},
-             {"gpu_idle_min", num_or_null(ranks.idle_min)}, {"gpu_idle_max", num_or_null(ranks.idle_max)},
-             {"loss_scale", num_or_null(p.loss_scale)}, {"skipped_steps", p.skipped_steps}});
+             {"global_samples_per_s", common::num_or_null(ranks.global_samples_per_s)},
+             {"samples_per_s_min", common::num_or_null(ranks.samples_per_s_min)},
+             {"samples_per_s_max", common::num_or_null(ranks.samples_per_s_max)},
+             {"wait_ms_mean_min", common::num_or_null(ranks.wait_min)}, {"wait_ms_mean_max", common::num_or_null(ranks.wait_max)},
+             {"gpu_idle_min", common::num_or_null(ranks.idle_min)}, {"gpu_idle_max", common::num_or_null(ranks.idle_max)},
+             {"loss_scale", common::num_or_null(p.loss_scale)}, {"skipped_steps", p.skipped_steps}});
   std::ostringstream line;
   line.precision(4);
   line << "epoch " << er.epoch << "/" << plan.schedule.epochs << " (" << er.image_size << " px): train_loss " << er.train_loss;
   if (plan.train.eval) {  // train.eval = false: nothing to say about what was not measured
-    line << " val_loss " << er.val_loss << " top1 " << percent(er.val_top1) << " top5 " << percent(er.val_top5);
+    line << " val_loss " << er.val_loss << " top1 " << accuracy(er.val_top1) << " top5 " << accuracy(er.val_top5);
     if (plan.step.ema.enabled) {
-      line << ", EMA val_loss " << er.ema_val_loss << " top1 " << percent(er.ema_val_top1) << " top5 "
-           << percent(er.ema_val_top5);
+      line << ", EMA val_loss " << er.ema_val_loss << " top1 " << accuracy(er.ema_val_top1) << " top5 "
+           << accuracy(er.ema_val_top5);
     }
     if (!er.best_weights.empty()) {
       line << " (best so far, " << (er.best_weights == "ema" ? "the EMA's" : "the raw") << " weights: best.pt)";
     }
   }
   line << " | " << t.samples_per_s
-       << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << fmt_ms(t.wait_ms.mean) << " p50 "
-       << fmt_ms(t.wait_ms.p50) << " p95 " << fmt_ms(t.wait_ms.p95) << " (loader " << fmt_ms(t.loader_ms.mean)
-       << ") | ahead ms " << fmt_ms(t.ahead_ms.mean) << " | h2d ms " << fmt_ms(t.h2d_ms.mean)
-       << " | GPU idle " << (std::isnan(t.gpu_idle) ? std::string("n/a") : fmt_ms(100 * t.gpu_idle) + "%")
+       << " samples/s, " << er.epoch_seconds << " s | wait ms mean " << common::fmt_ms(t.wait_ms.mean) << " p50 "
+       << common::fmt_ms(t.wait_ms.p50) << " p95 " << common::fmt_ms(t.wait_ms.p95) << " (loader " << common::fmt_ms(t.loader_ms.mean)
+       << ") | ahead ms " << common::fmt_ms(t.ahead_ms.mean) << " | h2d ms " << common::fmt_ms(t.h2d_ms.mean)
+       << " | GPU idle " << (std::isnan(t.gpu_idle) ? std::string("n/a") : common::fmt_ms(100 * t.gpu_idle) + "%")
        << " | mode " << feed.mode() << ", pinned " << feed.pinned_bytes() / (1 << 20) << " MB, RSS "
        << static_cast<int64_t>(host_rss_mb()) << " MB"
        << (p.bad_images ? ", bad image files " + std::to_string(p.bad_images) + " (bad_images.tsv)" : "");
@@ -147,14 +147,14 @@ void report_epoch(RunOutputs& out, const Plan& plan, const pipeline::Feeder& fee
   if (!std::isnan(p.loss_scale)) {
     line << " | loss scale " << p.loss_scale << ", " << p.skipped_steps << " step(s) skipped for overflow";
   }
-  if (const auto d = feed.decode_stats()) line << " | nvJPEG since the start: " << gpu::describe(*d);
+  if (const auto d = feed.decode_stats()) line << " | nvJPEG since the start: " << pipeline::describe(*d);
   if (ranks.world > 1) {
     line << " | " << ranks.world << " ranks: " << static_cast<int64_t>(ranks.global_samples_per_s)
          << " samples/s in all, per rank " << static_cast<int64_t>(ranks.samples_per_s_min) << "-"
-         << static_cast<int64_t>(ranks.samples_per_s_max) << ", wait ms " << fmt_ms(ranks.wait_min) << "-"
-         << fmt_ms(ranks.wait_max) << ", GPU idle "
+         << static_cast<int64_t>(ranks.samples_per_s_max) << ", wait ms " << common::fmt_ms(ranks.wait_min) << "-"
+         << common::fmt_ms(ranks.wait_max) << ", GPU idle "
          << (std::isnan(ranks.idle_max) ? std::string("n/a")
-                                        : fmt_ms(100 * ranks.idle_min) + "-" + fmt_ms(100 * ranks.idle_max) + "%");
+                                        : common::fmt_ms(100 * ranks.idle_min) + "-" + common::fmt_ms(100 * ranks.idle_max) + "%");
   }
   log::info(line.str());
 }
@@ -163,10 +163,10 @@ void report_end(const RunOutputs& out, const Plan& plan, const std::string& run_
                 double seconds, bool resumed) {
   std::string line = "final: epoch " + std::to_string(last.epoch) + "/" + std::to_string(plan.schedule.epochs);
   if (plan.train.eval) {
-    line += " val_top1 " + percent(last.val_top1) + " val_top5 " + percent(last.val_top5);
-    if (plan.step.ema.enabled) line += " ema_val_top1 " + percent(last.ema_val_top1);
+    line += " val_top1 " + accuracy(last.val_top1) + " val_top5 " + accuracy(last.val_top5);
+    if (plan.step.ema.enabled) line += " ema_val_top1 " + accuracy(last.ema_val_top1);
   }
-  line += " train_loss " + fixed(last.train_loss, 4);
+  line += " train_loss " + common::fixed(last.train_loss, 4);
   // The best epoch is the last row that best.pt was written for.
   nlohmann::json best;
   std::ifstream rows(out.path("metrics.jsonl"));
@@ -178,7 +178,7 @@ void report_end(const RunOutputs& out, const Plan& plan, const std::string& run_
     const bool ema = best["best_weights"] == "ema";
     const nlohmann::json top1 = best[ema ? "ema_val_top1" : "val_top1"];
     line += " | best: epoch " + best["epoch"].dump() + ", val_top1 " +
-            percent(top1.is_number() ? top1.get<double>() : NAN) + " (" + (ema ? "the EMA's" : "the raw") +
+            accuracy(top1.is_number() ? top1.get<double>() : NAN) + " (" + (ema ? "the EMA's" : "the raw") +
             " weights) in " + out.path("best.pt");
   } else {
     line += plan.train.eval ? " | no best.pt (no whole evaluation)" : " | not evaluated (train.eval = false), no best.pt";

@@ -6,11 +6,11 @@
 #include <optional>
 #include <string>
 
-#include "app/dist/distributed.h"
+#include "engine/dist/distributed.h"
 #include "app/plan/datasets.h"
 #include "app/plan/plan.h"
 #include "app/run/run_outputs.h"
-#include "app/step/step_runner.h"
+#include "engine/step/step_runner.h"
 #include "app/train/trainer.h"
 #include "pipeline/transfer/feeder.h"
 
@@ -26,7 +26,7 @@ struct EpochProgress {
   // fp16: the loss scale at the epoch's end, and the steps of the epoch skipped for overflowed gradients.
   double loss_scale = NAN;
   int64_t skipped_steps = 0;
-  std::optional<StepRunner::CaptureCost> captured;  // train.cuda_graph: graphs for batch shapes new this epoch
+  std::optional<engine::StepRunner::CaptureCost> captured;  // train.cuda_graph: graphs for batch shapes new this epoch
 };
 
 // Every rank's figures of the epoch, for rank 0's row: world size, global samples/s and the spread between
@@ -37,11 +37,11 @@ struct RankSpread {
   double samples_per_s_min = NAN, samples_per_s_max = NAN, wait_min = NAN, wait_max = NAN;
   double idle_min = NAN, idle_max = NAN;
 };
-RankSpread spread(Distributed& dist, const pipeline::EpochTiming& t);  // every rank calls it
+RankSpread spread(engine::Distributed& dist, const pipeline::EpochTiming& t);  // every rank calls it
 
 // The run's first line: its folder, data, device, pipeline, step options and ranks.
 void announce_run(const std::string& run_dir, const Plan& plan, const Datasets& sets, const pipeline::Feeder& feed,
-                  int64_t steps_per_epoch, bool graphed, const Distributed& dist);
+                  int64_t steps_per_epoch, bool graphed, const engine::Distributed& dist);
 
 // "epoch 2/90 step 100/5004 | ... | ETA ...": rate in samples/s (NaN in the epoch's warm-up steps: "warming up",
 // no ETA), loss the latest step's.

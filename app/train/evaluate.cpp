@@ -13,7 +13,7 @@ BestWeights best_weights(const EvalResult& raw, const EvalResult& ema, int64_t s
   return b;
 }
 
-EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist, const StopRequest* stop,
+EvalResult evaluate(engine::StepRunner& runner, pipeline::BatchSource& source, engine::Distributed* dist, const engine::StopRequest* stop,
                     bool ema, const EvalProgress& on_batch) {
   runner.model()->eval();
   at::Tensor sums = at::zeros({4}, at::TensorOptions().device(runner.device()).dtype(at::kDouble));

@@ -6,9 +6,9 @@
 #include <functional>
 #include <string>
 
-#include "app/dist/distributed.h"
-#include "app/run/signals.h"
-#include "app/step/step_runner.h"
+#include "engine/dist/distributed.h"
+#include "engine/signals.h"
+#include "engine/step/step_runner.h"
 #include "pipeline/transfer/batch_source.h"
 
 namespace pinfeed::app {
@@ -32,7 +32,7 @@ BestWeights best_weights(const EvalResult& raw, const EvalResult& ema, int64_t s
 
 // on_batch (may be empty): after each batch, this rank's batches and samples so far (pinfeed eval's progress line).
 using EvalProgress = std::function<void(int64_t batches, int64_t samples)>;
-EvalResult evaluate(StepRunner& runner, pipeline::BatchSource& source, Distributed* dist = nullptr,
-                    const StopRequest* stop = nullptr, bool ema = false, const EvalProgress& on_batch = {});
+EvalResult evaluate(engine::StepRunner& runner, pipeline::BatchSource& source, engine::Distributed* dist = nullptr,
+                    const engine::StopRequest* stop = nullptr, bool ema = false, const EvalProgress& on_batch = {});
 
 }  // namespace pinfeed::app

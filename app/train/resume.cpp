@@ -13,15 +13,15 @@
 
 namespace pinfeed::app {
 
-Checkpoint make_checkpoint(StepRunner& runner, const Config& c, int64_t epoch, int64_t step_in_epoch,
+engine::Checkpoint make_checkpoint(engine::StepRunner& runner, const Config& c, int64_t epoch, int64_t step_in_epoch,
                            int64_t global_step, const RunShape& shape) {
-  Checkpoint ck;
+  engine::Checkpoint ck;
   for (const auto& item : runner.model()->named_parameters()) ck.model[item.key()] = item.value();
   for (const auto& item : runner.model()->named_buffers()) ck.model[item.key()] = item.value();
   ck.optimizer = runner.optimizer().state();
   ck.optimizer_name = name_of(runner.optimizer_kind());
-  if (const LossScaler* scaler = runner.loss_scaler()) ck.loss_scaler = scaler->state();
-  if (const WeightEma* ema = runner.ema()) {
+  if (const engine::LossScaler* scaler = runner.loss_scaler()) ck.loss_scaler = scaler->state();
+  if (const engine::WeightEma* ema = runner.ema()) {
     ck.model_ema = ema->state();
     ck.ema_updates = ema->updates();
   }
@@ -65,11 +65,11 @@ bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>&
   return new_fc;
 }
 
-void init_weights_from(StepRunner& runner, const std::string& path) {
-  const Weights w = load_weights(path);
+void init_weights_from(engine::StepRunner& runner, const std::string& path) {
+  const engine::Weights w = engine::load_weights(path);
   const int64_t classes = runner.model()->fc->weight.size(0);
   const bool new_fc = copy_weights(runner.model(), w.model, "train.init_from: " + path, /*fc_may_differ=*/true);
-  if (WeightEma* ema = runner.ema()) ema->copy_model();
+  if (engine::WeightEma* ema = runner.ema()) ema->copy_model();
   log::info("train.init_from: starting from the weights of " + path +
             (w.checkpoint ? " (a pinfeed checkpoint; not its optimizer state or position)" : " (a state dict)") +
             (new_fc ? "; it has " + std::to_string(w.model.at("fc.weight").size(0)) + " classes, this run " +
@@ -77,7 +77,7 @@ void init_weights_from(StepRunner& runner, const std::string& path) {
                     : ""));
 }
 
-void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
+void restore_checkpoint(engine::StepRunner& runner, const engine::Checkpoint& ck) {
   const std::string run_optimizer = name_of(runner.optimizer_kind());
   if (ck.optimizer_name != run_optimizer) {
     throw ConfigError("--resume: the checkpoint was trained with train.optimizer = \"" + ck.optimizer_name +
@@ -87,9 +87,9 @@ void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
   // best.pt whose best was the EMA's holds the EMA's weights in `model`: training goes on from the raw ones.
   copy_weights(runner.model(), ck.model_raw.empty() ? ck.model : ck.model_raw, "--resume: the checkpoint");
   // The names are the network's now: state missing for one of them is damage, not a name the network has not.
-  check_optimizer_covers_model(ck, ck.path);
+  engine::check_optimizer_covers_model(ck, ck.path);
   runner.optimizer().load_state(ck.optimizer);
-  if (WeightEma* ema = runner.ema()) {
+  if (engine::WeightEma* ema = runner.ema()) {
     if (ck.model_ema.empty()) {
       ema->copy_model();  // its first update then copies the model again, as a new EMA's does
       log::warn("--resume: the checkpoint has no EMA of the weights (trained without train.ema): the EMA starts "
@@ -101,14 +101,14 @@ void restore_checkpoint(StepRunner& runner, const Checkpoint& ck) {
   }
   // fp16: the scale and its growth count go on where they were. A checkpoint of a bf16 or fp32 run has none;
   // the scale then starts from train.loss_scale_init, as in a new run.
-  if (LossScaler* scaler = runner.loss_scaler(); scaler && !ck.loss_scaler.empty()) scaler->load_state(ck.loss_scaler);
+  if (engine::LossScaler* scaler = runner.loss_scaler(); scaler && !ck.loss_scaler.empty()) scaler->load_state(ck.loss_scaler);
   if (ck.torch_rng.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(ck.torch_rng);
   }
 }
 
-void check_resumable(const Checkpoint& ck, const RunShape& run) {
+void check_resumable(const engine::Checkpoint& ck, const RunShape& run) {
   const std::string start = "--resume: the checkpoint was written by a run with ";
   if (ck.world_size != run.world_size) {
     throw ConfigError(start + std::to_string(ck.world_size) + " rank(s), this run has " +
@@ -162,7 +162,7 @@ std::string newest_checkpoint(const std::filesystem::path& folder) {
   const bool has_last = fs::exists(last, ec), has_best = fs::exists(best, ec);
   if (!has_best) return last.string();  // a missing last.pt is named by the loader
   if (!has_last) return best.string();
-  const Checkpoint a = load_checkpoint(last.string()), b = load_checkpoint(best.string());
+  const engine::Checkpoint a = engine::load_checkpoint(last.string()), b = engine::load_checkpoint(best.string());
   const bool later = std::make_pair(b.epoch, b.step_in_epoch) > std::make_pair(a.epoch, a.step_in_epoch);
   if (later) log::warn(best.string() + " holds a later position than last.pt: resuming from it");
   return later ? best.string() : last.string();
@@ -192,7 +192,7 @@ std::string resume_path(const std::string& run_dir, const std::string& run_name,
   std::string dir = std::filesystem::path(resume).parent_path().string();
   if (dir.empty()) dir = ".";
   if (!is_run_folder(dir)) {
-    load_checkpoint(resume);  // what is wrong with the file itself comes first: missing, a state dict, not a checkpoint
+    engine::load_checkpoint(resume);  // what is wrong with the file itself comes first: missing, a state dict, not a checkpoint
     throw ConfigError("--resume " + resume + ": " + dir + " is not a pinfeed run folder (no run.json that pinfeed " +
                       "wrote, nor a pinfeed config.toml beside its metrics): pinfeed resumes a run only in the folder it wrote; " +
                       "give the last.pt of a folder under " + run_dir + ", or start a new run");
@@ -219,7 +219,7 @@ std::string run_config_of(const std::string& checkpoint) {
   return config.string();
 }
 
-void warn_if_other_data(const Checkpoint& ck, const std::string& path, const Config& run) {
+void warn_if_other_data(const engine::Checkpoint& ck, const std::string& path, const Config& run) {
   if (ck.config.empty()) return;
   std::string trained_on;
   try {

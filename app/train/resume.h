@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "app/config/config.h"
-#include "app/run/checkpoint.h"
-#include "app/step/step_runner.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/step/step_runner.h"
 
 namespace pinfeed::app {
 
@@ -23,13 +23,13 @@ struct RunShape {
 };
 
 // config: written into the checkpoint as text (to_toml).
-Checkpoint make_checkpoint(StepRunner& runner, const Config& config, int64_t epoch, int64_t step_in_epoch,
+engine::Checkpoint make_checkpoint(engine::StepRunner& runner, const Config& config, int64_t epoch, int64_t step_in_epoch,
                            int64_t global_step, const RunShape& shape);
 // Refuses (ConfigError naming both values) a resume whose shape differs from the checkpoint's: it would repeat
 // or skip samples and move the learning-rate schedule. A format-1 checkpoint records the world size only; the
 // other three are not checked (a warning says so).
-void check_resumable(const Checkpoint& checkpoint, const RunShape& run);
-void restore_checkpoint(StepRunner& runner, const Checkpoint& checkpoint);  // weights, momentum, CPU RNG
+void check_resumable(const engine::Checkpoint& checkpoint, const RunShape& run);
+void restore_checkpoint(engine::StepRunner& runner, const engine::Checkpoint& checkpoint);  // weights, momentum, CPU RNG
 // Copies weights by name into the model: every parameter and buffer must be there with its shape, and nothing
 // else. With fc_may_differ, fc's weight and bias of another number of classes are left as initialised (returns
 // true then). Throws ConfigError naming `path` and the first name at fault.
@@ -37,7 +37,7 @@ bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>&
                   bool fc_may_differ = false);
 // train.init_from: the weights of a checkpoint or a state dict into a new run (not its momentum, position or
 // RNG); another number of classes leaves fc freshly initialised and says so in one line.
-void init_weights_from(StepRunner& runner, const std::string& path);
+void init_weights_from(engine::StepRunner& runner, const std::string& path);
 // "last" -> the newest run under run_dir (run.dir) started with run_name (run.name) exactly that holds a last.pt
 // or best.pt; a run folder -> its checkpoint of the later position (last.pt, or best.pt where it is ahead);
 // anything else is a checkpoint file, whose folder must be a pinfeed run folder (is_run_folder). Throws ConfigError.
@@ -48,6 +48,6 @@ std::string resume_path(const std::string& run_dir, const std::string& run_name,
 std::string run_config_of(const std::string& checkpoint);
 // One warning when the run resumes on another data.root than the checkpoint's recorded config names (both as
 // written, made absolute from here): the sample counts may match while the images differ.
-void warn_if_other_data(const Checkpoint& checkpoint, const std::string& path, const Config& run);
+void warn_if_other_data(const engine::Checkpoint& checkpoint, const std::string& path, const Config& run);
 
 }  // namespace pinfeed::app

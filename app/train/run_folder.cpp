@@ -11,7 +11,7 @@ namespace pinfeed::app {
 RunLock own_run_folder(const std::string& dir, const std::string& runs_dir) {
   RunLock lock(dir);
   if (!log::tee((std::filesystem::path(dir) / "run.log").string())) {
-    throw OutputError("cannot open " + (std::filesystem::path(dir) / "run.log").string() + " for appending");
+    throw engine::OutputError("cannot open " + (std::filesystem::path(dir) / "run.log").string() + " for appending");
   }
   // The temp files of writes cut short in runs nobody holds (a first checkpoint killed mid-write leaves a
   // folder that can never be resumed, so its own resume would never clean it).

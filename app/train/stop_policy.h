@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "app/dist/distributed.h"
-#include "app/run/signals.h"
+#include "engine/dist/distributed.h"
+#include "engine/signals.h"
 
 namespace pinfeed::app {
 
@@ -22,7 +22,7 @@ struct StopSave {
 class StopPolicy {
  public:
   // stop_after_steps: TrainArgs::stop_after_steps.
-  StopPolicy(StopRequest& stop, Distributed& dist, int64_t stop_after_steps)
+  StopPolicy(engine::StopRequest& stop, engine::Distributed& dist, int64_t stop_after_steps)
       : stop_(stop), dist_(dist), stop_after_steps_(stop_after_steps) {}
 
   // After each step whose results came back: TrainArgs::stop_after_steps acts as Ctrl-C there.
@@ -45,8 +45,8 @@ class StopPolicy {
                               const std::string& last);
 
  private:
-  StopRequest& stop_;
-  Distributed& dist_;
+  engine::StopRequest& stop_;
+  engine::Distributed& dist_;
   int64_t stop_after_steps_ = 0;
   int64_t steps_here_ = 0;  // steps this process has run
 };

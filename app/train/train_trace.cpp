@@ -6,7 +6,7 @@
 
 namespace pinfeed::app {
 
-void check_trace_steps(const Plan& plan, const StepRange& s, int64_t steps_per_epoch) {
+void check_trace_steps(const Plan& plan, const engine::StepRange& s, int64_t steps_per_epoch) {
   if (steps_per_epoch <= 0) return;  // nothing to train, nothing to trace
   const std::string at = location_of(plan, "run.trace_steps") + ": run.trace_steps = \"" + s.text() + "\"";
   const int64_t total = plan.schedule.epochs * steps_per_epoch;
@@ -23,10 +23,10 @@ void check_trace_steps(const Plan& plan, const StepRange& s, int64_t steps_per_e
   }
 }
 
-std::unique_ptr<StepTrace> open_train_trace(const Plan& plan, RunOutputs& out, const std::string& mode,
+std::unique_ptr<engine::StepTrace> open_train_trace(const Plan& plan, RunOutputs& out, const std::string& mode,
                                             int64_t first_step) {
-  const StepRange& s = *plan.run.trace_steps;
-  auto trace = std::make_unique<StepTrace>(s, out.path("trace_steps_" + s.text() + ".json"), plan.device,
+  const engine::StepRange& s = *plan.run.trace_steps;
+  auto trace = std::make_unique<engine::StepTrace>(s, out.path("trace_steps_" + s.text() + ".json"), plan.device,
                                            nlohmann::json{{"command", "train"}, {"mode", mode}});
   if (first_step > s.last) {
     log::warn("run.trace_steps = \"" + s.text() + "\": this run resumes after step " + std::to_string(s.last) +

@@ -6,8 +6,8 @@
 #include <string>
 #include <tuple>
 
-#include "app/config/format.h"
-#include "app/dist/distributed.h"
+#include "common/format.h"
+#include "engine/dist/distributed.h"
 #include "app/plan/datasets.h"
 #include "app/run/run_lock.h"
 #include "app/run/run_outputs.h"
@@ -19,8 +19,8 @@
 
 namespace pinfeed::app {
 
-TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
-  Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
+TrainResult train(const Plan& plan, const TrainArgs& args, engine::StopRequest& stop) {
+  engine::Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
   return dist.guard([&] {
     dist.agree("config", to_toml(plan), "config");
     configure_backend(plan);
@@ -33,11 +33,11 @@ TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop) {
     std::string checkpoint_path;
     if (!args.resume.empty()) {
       // Rank 0 reads the checkpoint; the other ranks get its state by broadcast (no shared disk needed).
-      std::optional<Checkpoint> checkpoint;
+      std::optional<engine::Checkpoint> checkpoint;
       if (dist.is_main()) {
         checkpoint_path = resume_path(plan.run.dir, plan.run.name, args.resume);  // refuses a folder pinfeed did not write
         lock.emplace(own_run_folder(run_dir_of(checkpoint_path), plan.run.dir));
-        checkpoint = load_checkpoint(checkpoint_path);
+        checkpoint = engine::load_checkpoint(checkpoint_path);
         warn_if_other_data(*checkpoint, checkpoint_path, plan);
       }
       std::tie(start_epoch, start_step) = training.resume(checkpoint);

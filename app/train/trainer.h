@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "app/plan/plan.h"
-#include "app/run/signals.h"
+#include "engine/signals.h"
 
 namespace pinfeed::app {
 
@@ -43,6 +43,6 @@ struct TrainResult {
 
 // Runs the whole training; once `stop` is requested (main hands it signal_stop(), signals.h), saves a checkpoint
 // at the end of the step and returns, interrupted. Throws ConfigError, DataError, OutputError.
-TrainResult train(const Plan& plan, const TrainArgs& args, StopRequest& stop);
+TrainResult train(const Plan& plan, const TrainArgs& args, engine::StopRequest& stop);
 
 }  // namespace pinfeed::app

@@ -13,18 +13,18 @@
 #include <tuple>
 #include <vector>
 
-#include "app/config/format.h"
-#include "app/dist/distributed.h"
-#include "app/optim/lr_schedule.h"
+#include "common/format.h"
+#include "engine/dist/distributed.h"
+#include "engine/optim/lr_schedule.h"
 #include "app/plan/datasets.h"
-#include "app/run/checkpoint_writer.h"
+#include "engine/checkpoint/checkpoint_writer.h"
 #include "app/run/run_lock.h"
 #include "app/run/run_outputs.h"
-#include "app/run/signals.h"
-#include "app/step/step_losses.h"
-#include "app/step/step_loop.h"
-#include "app/step/step_runner.h"
-#include "app/step/step_trace.h"
+#include "engine/signals.h"
+#include "engine/step/step_losses.h"
+#include "engine/step/step_loop.h"
+#include "engine/step/step_runner.h"
+#include "engine/step/step_trace.h"
 #include "app/train/bad_images.h"
 #include "app/train/epoch_report.h"
 #include "app/train/evaluate.h"
@@ -54,13 +54,13 @@ class Training::Impl {
     return s.str();
   }
 
-  static data::LoaderOptions with_stop(data::LoaderOptions o, const StopRequest& stop) {
-    o.stop_requested = stop_after_grace(stop);
+  static data::LoaderOptions with_stop(data::LoaderOptions o, const engine::StopRequest& stop) {
+    o.stop_requested = engine::stop_after_grace(stop);
     return o;
   }
 
  public:
-  Impl(const Plan& plan, Datasets sets, Distributed& dist, StopRequest& stop, int64_t stop_after_steps)
+  Impl(const Plan& plan, Datasets sets, engine::Distributed& dist, engine::StopRequest& stop, int64_t stop_after_steps)
       : plan_(plan), dist_(dist), stop_(stop), sets_(std::move(sets)),
         train_feed_(sets_.train, with_stop(plan.train_loader, stop), plan.pipeline, plan.feeder,
                     train_augment(plan, sets_.num_classes)),
@@ -79,7 +79,7 @@ class Training::Impl {
     if (plan_.run.trace_steps) check_trace_steps(plan_, *plan_.run.trace_steps, steps_per_epoch_);
   }
 
-  std::pair<int64_t, int64_t> resume(const std::optional<Checkpoint>& ck) {
+  std::pair<int64_t, int64_t> resume(const std::optional<engine::Checkpoint>& ck) {
     std::string position;
     if (ck) {
       check_resumable(*ck, shape());
@@ -135,7 +135,7 @@ class Training::Impl {
       trace_ = open_train_trace(plan_, *out, train_feed_.mode(), start_epoch * steps_per_epoch_ + start_step);
     }
     runner_.model()->train();
-    training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
+    engine::training_started();  // a signal before this point ended the process at once (signals.h): nothing to save
     for (int64_t epoch = start_epoch; epoch < plan_.schedule.epochs; ++epoch) {
       const auto t0 = Clock::now();
       EpochProgress p;
@@ -188,7 +188,7 @@ class Training::Impl {
       if (out) report_epoch(*out, plan_, train_feed_, er, p, ranks);
       const bool due = epoch + 1 == plan_.schedule.epochs || (epoch + 1) % plan_.run.checkpoint_every == 0;
       // last.pt first: a kill between the two writes then leaves the epoch in last.pt, where a resume looks.
-      std::vector<CheckpointFile> files;
+      std::vector<engine::CheckpointFile> files;
       if (out && due) files.push_back(checkpoint_file(*out, epoch + 1, 0));
       if (out && best) files.push_back(checkpoint_file(*out, epoch + 1, 0, {}, "best.pt"));
       if (!files.empty()) writer_.save(std::move(files));  // written while the next epoch trains
@@ -217,7 +217,7 @@ class Training::Impl {
   void check_finite(int64_t epoch, int64_t step) {
     const std::string weight = runner_.first_non_finite();
     const double loss = losses_.count() ? train_loss() : NAN;  // every rank has run steps, or none has
-    const bool fp16 = plan_.step.precision == Precision::kFp16;
+    const bool fp16 = plan_.step.precision == engine::Precision::kFp16;
     if (weight.empty() && !(losses_.count() && loss_diverged(loss, sets_.num_classes, fp16))) return;
     throw Diverged("training diverged: " + (weight.empty() ? "the mean train loss" : weight) + " is " +
                    (weight.empty() ? "over " + std::to_string(static_cast<int>(kDivergedLossFactor)) + " x ln(classes) or not finite" : std::string("no longer finite")) + " at epoch " +
@@ -241,9 +241,9 @@ class Training::Impl {
     return {at::tensor(sums, at::TensorOptions().dtype(at::kDouble)), runner_.gather_buffers()};
   }
 
-  CheckpointFile checkpoint_file(RunOutputs& out, int64_t epoch, int64_t step_in_epoch,
+  engine::CheckpointFile checkpoint_file(RunOutputs& out, int64_t epoch, int64_t step_in_epoch,
                                  const EpochSoFar& so_far = {}, const std::string& file = "last.pt") {
-    Checkpoint ck = make_checkpoint(runner_, plan_, epoch, step_in_epoch, global_step_, shape());
+    engine::Checkpoint ck = make_checkpoint(runner_, plan_, epoch, step_in_epoch, global_step_, shape());
     ck.classes = sets_.train->folder().classes;  // predictions are named by them
     ck.best_val_top1 = best_top1_;
     ck.best_weights = best_weights_;
@@ -265,8 +265,8 @@ class Training::Impl {
     if (!out) return;
     writer_.wait();
     if (s.write) {
-      const CheckpointFile f = checkpoint_file(*out, s.epoch, s.step, so_far);
-      save_checkpoint(f.path, f.checkpoint);
+      const engine::CheckpointFile f = checkpoint_file(*out, s.epoch, s.step, so_far);
+      engine::save_checkpoint(f.path, f.checkpoint);
     }
     log::warn(s.line);
   }
@@ -307,7 +307,7 @@ class Training::Impl {
         break;
       }
     }
-    StepLoopOptions loop;
+    engine::StepLoopOptions loop;
     loop.epoch = epoch;
     loop.first_step = first;
     loop.end_step = steps_per_epoch_;
@@ -324,19 +324,19 @@ class Training::Impl {
     resumed_loss_sum_.reset();
     EpochProgress p;
     // The lr of the epoch's latest step: the one before a resume, when no step follows it in this epoch.
-    p.lr = learning_rate(plan_.schedule, first > 0 ? global_step_ - 1 : global_step_, steps_per_epoch_);
-    LossScaler* scaler = runner_.loss_scaler();
+    p.lr = engine::learning_rate(plan_.schedule, first > 0 ? global_step_ - 1 : global_step_, steps_per_epoch_);
+    engine::LossScaler* scaler = runner_.loss_scaler();
     const int64_t skipped_before = scaler ? scaler->skipped_steps() : 0;
-    const StepRunner::CaptureCost captured_before = runner_.capture_cost();
+    const engine::StepRunner::CaptureCost captured_before = runner_.capture_cost();
     auto rate_t0 = Clock::now();
     int64_t rate_samples = 0;
     const bool log_steps = out && plan_.run.log_steps;  // rank 0 writes steps.jsonl
     if (log_steps) step_losses_.start_epoch(steps_per_epoch_, first);
     epoch_steps_run_ = epoch_steps_done_ = first;
-    const StepLoopResult r = run_steps(
+    const engine::StepLoopResult r = engine::run_steps(
         train_feed_, meter_, loop,
         [&](const pipeline::DeviceBatch& batch, int64_t step) {
-          p.lr = learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
+          p.lr = engine::learning_rate(plan_.schedule, global_step_, steps_per_epoch_);
           const at::Tensor loss = runner_.train_step(batch.images, batch.labels, p.lr);
           losses_.add(loss);
           epoch_steps_run_ = step + 1;
@@ -375,15 +375,15 @@ class Training::Impl {
 
   const Clock::time_point started_ = Clock::now();
   const Plan& plan_;
-  Distributed& dist_;
-  StopRequest& stop_;
+  engine::Distributed& dist_;
+  engine::StopRequest& stop_;
   Datasets sets_;
   pipeline::Feeder train_feed_;
   std::unique_ptr<pipeline::Feeder> val_feed_;
-  StepRunner runner_;
+  engine::StepRunner runner_;
   pipeline::StepMeter meter_;
   LossMeter losses_;
-  StepLosses step_losses_;  // run.log_steps, rank 0: each step's loss for steps.jsonl
+  engine::StepLosses step_losses_;  // run.log_steps, rank 0: each step's loss for steps.jsonl
   Progress progress_;
   StopPolicy stop_policy_;
   BadImages bad_images_;  // after sets_
@@ -393,16 +393,16 @@ class Training::Impl {
   // run ahead, pipeline.max_steps_ahead): a checkpoint taken when the input stops holds the first.
   int64_t epoch_steps_run_ = 0, epoch_steps_done_ = 0;
   std::optional<double> resumed_loss_sum_;  // this rank's loss sum of the resumed epoch before the resume
-  std::unique_ptr<StepTrace> trace_;  // run.trace_steps, rank 0
+  std::unique_ptr<engine::StepTrace> trace_;  // run.trace_steps, rank 0
   double best_top1_ = NAN;  // the best whole validation's top-1 so far (best.pt's), resumes included
   std::string best_weights_;  // which weights scored it: "raw" or "ema" (train.ema)
-  CheckpointWriter writer_;   // rank 0's epoch-end checkpoints
+  engine::CheckpointWriter writer_;   // rank 0's epoch-end checkpoints
 };
 
-Training::Training(const Plan& plan, Datasets sets, Distributed& dist, StopRequest& stop, int64_t stop_after_steps)
+Training::Training(const Plan& plan, Datasets sets, engine::Distributed& dist, engine::StopRequest& stop, int64_t stop_after_steps)
     : impl_(std::make_unique<Impl>(plan, std::move(sets), dist, stop, stop_after_steps)) {}
 Training::~Training() = default;
-std::pair<int64_t, int64_t> Training::resume(const std::optional<Checkpoint>& checkpoint) {
+std::pair<int64_t, int64_t> Training::resume(const std::optional<engine::Checkpoint>& checkpoint) {
   return impl_->resume(checkpoint);
 }
 void Training::init_from(const std::string& path) { impl_->init_from(path); }

@@ -3,7 +3,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
-namespace pinfeed::pipeline {
+namespace pinfeed::gpu {
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                                                     int device_index, std::chrono::milliseconds timeout) {
@@ -17,4 +17,4 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
   return backend;
 }
 
-}  // namespace pinfeed::pipeline
+}  // namespace pinfeed::gpu

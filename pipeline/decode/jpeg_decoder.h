@@ -15,7 +15,7 @@
 #include "data/transform/encoded_image.h"
 #include "data/transform/transforms.h"
 
-namespace pinfeed::gpu {
+namespace pinfeed::pipeline {
 
 struct JpegDecodeStats {  // since construction
   int64_t hardware = 0;      // images decoded by the hardware engines (batched)
@@ -81,4 +81,4 @@ inline std::string JpegDecoder::problem_on(c10::Device device) {
   return why.empty() ? why : "cannot run: " + why;
 }
 
-}  // namespace pinfeed::gpu
+}  // namespace pinfeed::pipeline

@@ -5,7 +5,7 @@
 
 #include "gpu/gpu.h"
 
-namespace pinfeed::gpu {
+namespace pinfeed::pipeline {
 
 struct JpegDecoder::Impl {};
 
@@ -23,4 +23,4 @@ void JpegDecoder::decode(const data::EncodedImage*, int64_t, const at::Tensor&, 
 }
 JpegDecodeStats JpegDecoder::stats() const { return {}; }
 
-}  // namespace pinfeed::gpu
+}  // namespace pinfeed::pipeline

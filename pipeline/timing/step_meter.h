@@ -76,7 +76,7 @@ class StepMeter {
   std::vector<StepRecord> take_resolved(bool wait = false);
   EpochTiming finish_epoch();  // synchronises; then summarises the epoch
 
-  // The same figures for a run of consecutive steps alone (a trace's steps, app/step/step_trace.h), warm-up steps
+  // The same figures for a run of consecutive steps alone (a trace's steps, engine/step/step_trace.h), warm-up steps
   // included: open_window() before the first step's hold_back(), close_window() after the last end_step()
   // (synchronises). GPU idle is over the window's own spans: first begin to last end.
   void open_window();

@@ -48,7 +48,7 @@ Feeder::Feeder(std::shared_ptr<const data::Dataset> dataset, data::LoaderOptions
                         "uint8 input is the CPU's uint8 pixels as they are: 3 channels, no GPU decoder");
   if (dataset->transform().gpu_decode) {
     TORCH_INTERNAL_ASSERT(cuda_, "the GPU decoder needs a CUDA device");
-    decoder_ = std::make_unique<gpu::JpegDecoder>(feeder_options_.device, dataset->transform());
+    decoder_ = std::make_unique<pipeline::JpegDecoder>(feeder_options_.device, dataset->transform());
   }
   if (augment.any()) {
     TORCH_INTERNAL_ASSERT(!augment.pixel_ops() || u8_pixels, "the policy's ops need uint8 pixels on the device");
@@ -343,7 +343,7 @@ std::optional<DeviceBatch> Feeder::transfer(const c10::Stream* stream) {
   return out;
 }
 
-std::optional<gpu::JpegDecodeStats> Feeder::decode_stats() const {
+std::optional<pipeline::JpegDecodeStats> Feeder::decode_stats() const {
   if (!decoder_) return std::nullopt;
   return decoder_->stats();
 }

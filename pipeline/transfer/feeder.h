@@ -83,7 +83,7 @@ class Feeder : public BatchSource {
   const data::Loader& loader() const { return *loader_; }
   const HostRing& ring() const { return *ring_; }
   // The GPU decoder's counts (data.decoder = "nvjpeg"), nullopt when the CPU decodes.
-  std::optional<gpu::JpegDecodeStats> decode_stats() const;
+  std::optional<pipeline::JpegDecodeStats> decode_stats() const;
 
  private:
   struct Copied {  // one item of the copier's queue; no batch and no error: the epoch is over
@@ -118,7 +118,7 @@ class Feeder : public BatchSource {
   gpu::EventPool events_;
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
   data::PixelAffine affine_{};  // the same on the host, for the fused kernel (augment/normalise_mix.h)
-  std::unique_ptr<gpu::JpegDecoder> decoder_;
+  std::unique_ptr<pipeline::JpegDecoder> decoder_;
   std::unique_ptr<augment::Augmenter> augmenter_;  // training batches' augmentations, or null  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
   std::function<bool()> stop_requested_;  // the caller's (LoaderOptions::stop_requested), or empty
   // Set by the destructor: the loader's waits end then too (its stop_requested is this or the caller's).

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace pinfeed::gpu {
+namespace pinfeed::pipeline {
 namespace {
 
 // A thread computes its column's source coordinates once, then kRows rows of that column. The kernel runs on the
@@ -137,4 +137,4 @@ void crop_resize(const CropResizeJob* jobs, int count, const ModelInput& out, in
   if (err != cudaSuccess) throw std::runtime_error(std::string("crop_resize launch: ") + cudaGetErrorString(err));
 }
 
-}  // namespace pinfeed::gpu
+}  // namespace pinfeed::pipeline

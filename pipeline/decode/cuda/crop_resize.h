@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace pinfeed::gpu {
+namespace pinfeed::pipeline {
 
 struct CropResizeJob {
   const uint8_t* src;  // interleaved RGB on the device: the whole image, or the part of it under the crop, from
@@ -37,4 +37,4 @@ struct ModelInput {
 // jobs: `count` jobs in device memory; size: S.
 void crop_resize(const CropResizeJob* jobs, int count, const ModelInput& out, int size, cudaStream_t stream);
 
-}  // namespace pinfeed::gpu
+}  // namespace pinfeed::pipeline

@@ -23,7 +23,7 @@
 #include "common/log.h"
 #include "pipeline/decode/cuda/crop_resize.h"
 
-namespace pinfeed::gpu {
+namespace pinfeed::pipeline {
 namespace {
 
 const char* status_name(nvjpegStatus_t s) {
@@ -434,4 +434,4 @@ JpegDecodeStats JpegDecoder::stats() const {
   return impl_->stats;
 }
 
-}  // namespace pinfeed::gpu
+}  // namespace pinfeed::pipeline

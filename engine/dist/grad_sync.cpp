@@ -1,0 +1,109 @@
+#include "engine/dist/grad_sync.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <functional>
+#include <stdexcept>
+
+namespace pinfeed::engine {
+namespace {
+
+// Runs after a parameter's AccumulateGrad node: its .grad is final for this backward.
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    ready_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> ready_;
+};
+
+}  // namespace
+
+GradSync::GradSync(std::vector<at::Tensor> params, c10::intrusive_ptr<c10d::Backend> backend, int64_t bucket_bytes,
+                   bool overlap)
+    : params_(std::move(params)), bucket_of_(params_.size(), -1), backend_(std::move(backend)), overlap_(overlap) {
+  int64_t filled = bucket_bytes;  // forces a first bucket
+  for (size_t i = params_.size(); i-- > 0;) {
+    const at::Tensor& p = params_[i];
+    if (p.scalar_type() != at::kFloat) throw std::invalid_argument("GradSync: parameters must be float32");
+    const int64_t bytes = p.numel() * 4;
+    if (filled + bytes > bucket_bytes && filled > 0) {
+      buckets_.emplace_back();
+      filled = 0;
+    }
+    Bucket& b = buckets_.back();
+    b.offset.push_back(b.params.empty() ? 0 : b.offset.back() + params_[b.params.back()].numel());
+    b.params.push_back(i);
+    bucket_of_[i] = static_cast<int>(buckets_.size()) - 1;
+    filled += bytes;
+  }
+  for (Bucket& b : buckets_) {
+    const int64_t numel = b.offset.back() + params_[b.params.back()].numel();
+    b.flat = at::empty({numel}, params_[b.params.front()].options());
+  }
+  if (overlap_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+      accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_grad_ready(i); }));
+      accumulators_.push_back(std::move(accumulator));
+    }
+  }
+  start_step();
+}
+
+void GradSync::start_step() {
+  for (Bucket& b : buckets_) {
+    b.pending = static_cast<int>(b.params.size());
+    b.work.reset();
+  }
+}
+
+// On the autograd engine's thread for the device, with the stream that produced the gradient current: the
+// copy and the collective are queued behind it (ProcessGroupNCCL makes its stream wait on the current one).
+void GradSync::on_grad_ready(size_t param) {
+  Bucket& b = buckets_[bucket_of_[param]];
+  if (b.pending <= 0) return;  // a second accumulation of the same parameter: finish_step() copies again
+  if (--b.pending == 0) launch(b);
+}
+
+void GradSync::launch(Bucket& b) {
+  at::NoGradGuard no_grad;
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    const at::Tensor& p = params_[b.params[k]];
+    at::Tensor slice = b.flat.narrow(0, b.offset[k], p.numel()).view(p.sizes());
+    if (p.grad().defined()) slice.copy_(p.grad());
+    else slice.zero_();  // a parameter that took no part in this step contributes zeros, as in DDP
+  }
+  std::vector<at::Tensor> tensors{b.flat};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::AVG;
+  b.work = backend_->allreduce(tensors, o);
+  b.pending = -1;  // launched
+}
+
+void GradSync::finish_step() {
+  at::NoGradGuard no_grad;
+  for (Bucket& b : buckets_) {
+    if (!b.work) launch(b);  // overlap off, or a bucket some of whose gradients never came
+  }
+  for (Bucket& b : buckets_) {
+    b.work->wait();  // NCCL: the current stream waits, not the host; Gloo: the host waits
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      at::Tensor& p = params_[b.params[k]];
+      const at::Tensor average = b.flat.narrow(0, b.offset[k], p.numel()).view(p.sizes());
+      if (p.grad().defined()) p.mutable_grad().copy_(average);
+      else p.mutable_grad() = average.clone().contiguous(p.suggest_memory_format());
+    }
+  }
+  start_step();
+}
+
+}  // namespace pinfeed::engine

@@ -1,0 +1,54 @@
+// Gradient averaging across ranks, as Python's DistributedDataParallel does it: parameters in buckets of
+// ~25 MB in reverse registration order (about the order backward produces their gradients); a bucket is
+// all-reduced (averaged) as soon as its last gradient is accumulated, from an autograd hook, so the
+// communication overlaps the rest of backward; finish() waits for every bucket before the optimizer steps.
+//
+// Ours rather than c10d::Reducer (which works from C++ too, docs/multi-gpu.md): Reducer's C++
+// constructor is undocumented and has changed between releases, it rebuilds its buckets after the first step,
+// and it cannot switch the overlap off, which the measurement of what overlap buys needs.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace pinfeed::engine {
+
+class GradSync {
+ public:
+  // overlap false: every bucket is all-reduced after backward has finished (for measuring the overlap).
+  GradSync(std::vector<at::Tensor> params, c10::intrusive_ptr<c10d::Backend> backend, int64_t bucket_bytes,
+           bool overlap);
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  void start_step();   // before backward: every bucket waits for its gradients again
+  void finish_step();  // after backward: all buckets reduced and their averages written back into .grad
+  int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;   // indices into params_
+    std::vector<int64_t> offset;  // of each in flat
+    at::Tensor flat;              // (numel,) float32, on the parameters' device
+    int pending = 0;              // gradients not yet copied in this step
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  void on_grad_ready(size_t param);
+  void launch(Bucket& bucket);
+
+  std::vector<at::Tensor> params_;
+  std::vector<int> bucket_of_;  // param -> bucket
+  std::vector<Bucket> buckets_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  bool overlap_;
+  // AccumulateGrad nodes hold our hooks; a parameter keeps its node only weakly, so they are kept here.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+};
+
+}  // namespace pinfeed::engine
