@@ -523,7 +523,7 @@ int main(int argc, char** argv) {
   std::printf("%-9s | %7s %7s %7s %7s %7s %7s | %7s %7s | %7s %7s %7s %7s %7s %7s | %7s %7s (us per call)\n", "layer",
               "conv", "conv+st", "sbr+c+s", "final", "sbar", "bn", "today", "fused", "dgrad", "wgrad", "bn_bwd",
               "dg+dr+w", "dbn_app", "sbr+wgr", "today", "fused");
-  std::vector<Times> common::times(layers.size());
+  std::vector<Times> times(layers.size());
   double fwd_today = 0, fwd_fused = 0, bwd_today = 0, bwd_fused = 0, bn_pinfeed = 0, bn_frontend = 0;
   bool complete = true;
   for (size_t i = 0; i < layers.size(); ++i) {
