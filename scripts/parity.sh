@@ -21,6 +21,7 @@ bin=${1:?usage: scripts/parity.sh PINFEED_BIN OUT_DIR}
 out=${2:?usage: scripts/parity.sh PINFEED_BIN OUT_DIR}
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 [ -x "$bin" ] || { echo "error: $bin is not an executable" >&2; exit 2; }
+export PINFEED_BIN=$bin  # reference_train.py asks it for every config key's default
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 venv_path=$(dirname "$bin")/../.venv_path

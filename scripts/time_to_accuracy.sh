@@ -34,6 +34,7 @@ out=$(cd "$out" && pwd)
 bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
 [ -x "$bin" ] || "$repo/scripts/setup.sh"
 [ -x "$bin" ] || { echo "error: $bin is not an executable" >&2; exit 2; }
+export PINFEED_BIN=$bin  # reference_train.py asks it for every config key's default
 python=${PYTHON:-}
 if [ -z "$python" ] && [ -f "$repo/build/.venv_path" ]; then python="$(cat "$repo/build/.venv_path")/bin/python"; fi
 python=${python:-python3}

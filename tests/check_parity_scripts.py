@@ -1,9 +1,9 @@
 """The torchvision side of the accuracy comparison follows pinfeed's recipe:
 
 - scripts/reference_train.py reads configs/parity_resnet50.toml plus overrides into the same values that
-  `pinfeed train` resolves (its run folder's config.toml), every key pinfeed has, defaults included (a key
-  pinfeed gains fails here until the reference decides what it means for it); unknown keys and wrong types
-  are refused;
+  `pinfeed train` resolves (its run folder's config.toml), every key pinfeed has, defaults included (asked of the
+  executable: `pinfeed help config --json`); unknown keys and wrong types are refused, and so is every config
+  when no pinfeed runs (exit 2, naming PINFEED_BIN);
 - its learning rate per step is pinfeed's (the lr of each epoch's last step in metrics.jsonl, with a fractional
   warm-up and a min_lr), and its steps per epoch drop the last partial batch as pinfeed does;
 - scripts/plot_parity.py passes within the threshold, fails beyond it (exit 1) and refuses runs of different
@@ -16,6 +16,7 @@ Usage: check_parity_scripts.py PINFEED_EXE REPO_ROOT. Exits 77 (ctest: skipped) 
 """
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def close(a, b):
 
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
+    os.environ["PINFEED_BIN"] = exe  # reference_config.defaults() asks this pinfeed for its keys, here and in children
     with skip_without("Python < 3.11"):
         import tomllib  # noqa: F401
     sys.path.insert(0, str(repo / "scripts"))
@@ -73,6 +75,11 @@ def main():
                 fail(f"override {bad[0]} was accepted")
             except ref.UsageError:
                 pass
+        r = subprocess.run([sys.executable, str(repo / "scripts" / "reference_train.py"), "--config", str(config),
+                            f'data.root="{data}"', "--out", str(tmp / "never.jsonl")], capture_output=True, text=True,
+                           env=dict(os.environ, PINFEED_BIN=str(tmp / "no-pinfeed")))
+        if r.returncode != 2 or "PINFEED_BIN" not in r.stderr or "Traceback" in r.stderr:
+            fail(f"reference_train.py without a pinfeed to ask for the defaults: exit {r.returncode}\n{r.stderr}")
 
         # 2. The learning rate of each epoch's last step, and drop_last.
         steps = 10 // 3

@@ -17,6 +17,7 @@ Usage: check_time_to_accuracy.py PINFEED_EXE REPO_ROOT. Exits 77 (ctest: skipped
 """
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -174,7 +175,7 @@ def check_sides(exe, repo, tmp):
     import reference_config as ref
 
     def sides(epochs, **data):
-        d = dict(ref.DEFAULTS["data"], **data)
+        d = dict(ref.defaults()["data"], **data)
         return [ref.side_of_epoch(d, e) for e in range(epochs)]
 
     # tests/test_side_schedule.cpp's cases (FFCV's get_resolution).
@@ -235,6 +236,7 @@ def check_missing_dali(repo, tmp):
 
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
+    os.environ["PINFEED_BIN"] = exe  # reference_config.defaults() asks this pinfeed for its keys, here and in children
     with skip_without("Python < 3.11"):
         import tomllib  # noqa: F401
     with tempfile.TemporaryDirectory() as tmp:
