@@ -1,4 +1,4 @@
-"""scripts/feed_table.py on the feed's raw data kept in docs/: one row per (image size, threads), pinfeed's share of
+"""`scripts/tables.py feed` on the feed's raw data kept in docs/: one row per (image size, threads), pinfeed's share of
 the gpu_resident row of its own bench, DALI's best hw_decoder_load at the same threads and the ratio of the
 medians; a point DALI did not run shows n/a. With --loop (DALI's rows from scripts/bench_python_feed.py), the
 resolution schedule's four-side table is what it keeps. The resolution schedule's table of the feed with its parts
@@ -18,14 +18,14 @@ from check_common import doc_table, fail
 def main():
     repo = pathlib.Path(sys.argv[1])
     data = repo / "docs" / "data" / "gpu-decode"
-    script = repo / "scripts" / "feed_table.py"
+    script = [str(repo / "scripts" / "tables.py"), "feed"]
     ours = sorted(str(p) for p in data.glob("feed-fp16-*.json"))
     theirs = sorted(str(p) for p in data.glob("dali-compile-fp16-*.json"))
     if len(ours) != 4 or len(theirs) != 2:
         fail(f"expected 4 pinfeed and 2 DALI files in {data}, found {ours} {theirs}")
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "feed.json"
-        r = subprocess.run([sys.executable, str(script), "--pinfeed", *ours, "--dali", *theirs, "--json", str(out)],
+        r = subprocess.run([sys.executable, *script, "--pinfeed", *ours, "--dali", *theirs, "--json", str(out)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"exit {r.returncode}\n{r.stdout}{r.stderr}")
@@ -45,7 +45,7 @@ def main():
             fail(f"{t}: DALI's best load at {t['threads']} threads is {best}")
     if "| 224 | 2 |" not in r.stdout or "x** |" not in r.stdout:
         fail("table:\n" + r.stdout)
-    r = subprocess.run([sys.executable, str(script), "--pinfeed", ours[0]], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, *script, "--pinfeed", ours[0]], capture_output=True, text=True)
     if r.returncode != 0 or r.stdout.count("| n/a | n/a |") != 1:
         fail(f"without DALI: exit {r.returncode}\n{r.stdout}{r.stderr}")
     four = json.loads((repo / "docs" / "data" / "resolution-schedule" / "feed-dali-four-sides.json").read_text())
@@ -56,7 +56,7 @@ def main():
             paths[-1].write_text(json.dumps(bench))
         loop, out = pathlib.Path(tmp) / "loop.json", pathlib.Path(tmp) / "feed.json"
         loop.write_text(json.dumps(four["python_loop"]))
-        r = subprocess.run([sys.executable, str(script), "--pinfeed", *map(str, paths), "--loop", str(loop), "--json",
+        r = subprocess.run([sys.executable, *script, "--pinfeed", *map(str, paths), "--loop", str(loop), "--json",
                             str(out)], capture_output=True, text=True)
         if r.returncode != 0 or json.loads(out.read_text()) != four["table"]:
             fail(f"four sides: exit {r.returncode}\n{r.stdout}{r.stderr}")

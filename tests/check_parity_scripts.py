@@ -6,7 +6,7 @@
   when no pinfeed runs (exit 2, naming PINFEED_BIN);
 - its learning rate per step is pinfeed's (the lr of each epoch's last step in metrics.jsonl, with a fractional
   warm-up and a min_lr), and its steps per epoch drop the last partial batch as pinfeed does;
-- scripts/plot_parity.py passes within the threshold, fails beyond it (exit 1) and refuses runs of different
+- `scripts/tables.py parity` passes within the threshold, fails beyond it (exit 1) and refuses runs of different
   lengths (exit 2); it says whether the mean difference +- 2 standard errors lies within the threshold, beyond
   it, or across it;
 - with torchvision importable, a 2-epoch CPU run of reference_train.py writes pinfeed's metric fields with the
@@ -90,7 +90,7 @@ def main():
             if not math.isclose(lr, row["lr"], rel_tol=1e-9):
                 fail(f"epoch {row['epoch']}: pinfeed lr {row['lr']}, reference_train.learning_rate {lr}")
 
-        # 3. The verdict of plot_parity.py.
+        # 3. The verdict of tables.py parity.
         def runs(top1s):
             paths = []
             for i, top1 in enumerate(top1s):
@@ -103,7 +103,7 @@ def main():
 
         def verdict(pin, ref_runs):
             out = tmp / "results"
-            r = subprocess.run([sys.executable, str(repo / "scripts" / "plot_parity.py"), "--pinfeed", *pin,
+            r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "parity", "--pinfeed", *pin,
                                 "--reference", *ref_runs, "--out-dir", str(out), "--no-chart"],
                                capture_output=True, text=True)
             return r.returncode, (out / "parity.md").read_text() if (out / "parity.md").exists() else ""
@@ -127,7 +127,7 @@ def main():
             fail(f"runs of 2 and 1 epochs: exit {code}, expected 2")
         # Its parity.json gives the same table again (--from: how docs/ keeps the raw runs).
         code, md = verdict(runs([[0.5, 0.800], [0.5, 0.810]]), runs([[0.4, 0.800], [0.4, 0.815]]))
-        r = subprocess.run([sys.executable, str(repo / "scripts" / "plot_parity.py"), "--from",
+        r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "parity", "--from",
                             str(tmp / "results" / "parity.json"), "--out-dir", str(tmp / "again"), "--no-chart"],
                            capture_output=True, text=True)
         if r.returncode != code or (tmp / "again" / "parity.md").read_text() != md:
