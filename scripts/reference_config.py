@@ -1,43 +1,51 @@
 """The recipe of a pinfeed config as scripts/reference_train.py follows it: every key with its default, the
 overrides, the checks, and the rules that must give pinfeed's numbers (the learning rate per step, the training
-side per epoch). Plain Python: importable without torch."""
+side per epoch). Plain Python: importable without torch, and without pinfeed until a config is read (defaults()
+asks the executable for its keys)."""
+import functools
+import json
 import math
 import os
+import pathlib
 import re
+import subprocess
 
 try:
     import tomllib
 except ImportError:  # Python < 3.11
     tomllib = None
 
-# Every config key pinfeed knows, with its default (docs/config-keys.md): the recipe's keys are read, the rest are
-# pinfeed's machinery and ignored here.
-DEFAULTS = {
-    "data": {"root": "", "train_split": "train", "val_split": "val", "image_size": 224, "val_image_size": 0,
-             "val_resize_ratio": 0.875, "image_size_min": 0, "image_size_max": 0, "ramp_start": 0, "ramp_end": 0,
-             "ramp_step": 32, "image_size_by_epoch": "", "scale_min": 0.08, "scale_max": 1.0, "hflip": True, "crop_decode": True, "decoder": "auto", "workers": 0,
-             "prefetch_batches": 4, "on_bad_image": "skip", "max_image_pixels": 100000000, "max_file_mb": 256, "sample_timeout_s": 300.0, "nvjpeg_share": 1.0,
-             "auto_augment": "", "augment_interpolation": "nearest", "augment_fill": "", "random_erasing": 0.0,
-             "random_erasing_value": "zero", "mixup_alpha": 0.0, "cutmix_alpha": 0.0, "mixup_prob": 1.0,
-             "mixup_switch_prob": 0.5},
-    "model": {"arch": "resnet50", "num_classes": 0, "allow_extra_classes": False, "zero_init_residual": True, "fused_bn": "auto", "bn_graph": "auto", "max_pool": "auto",
-              "pad_input": "auto", "fold_grad_add": "auto", "blurpool": False},
-    "train": {"epochs": 90, "batch_size": 256, "lr": 0.1, "lr_reference_batch": 0, "momentum": 0.9, "lr_schedule": "cosine",
-              "nesterov": False, "weight_decay": 1e-4, "decay_bn_and_bias": True, "warmup_epochs": 0.0,
-              "min_lr": 0.0, "label_smoothing": 0.0, "precision": "tf32", "loss_scale_init": 65536.0,
-              "loss_scale_growth_interval": 2000, "channels_last": "auto",
-              "cudnn_benchmark": True, "cuda_graph": "auto", "seed": 0, "device": "auto",
-              "max_steps_per_epoch": 0, "eval": True, "eval_flip": False, "init_from": "", "optimizer": "sgd",
-              "lars_eta": 0.001,
-              "lars_eps": 0.0, "lamb_beta1": 0.9, "lamb_beta2": 0.999, "lamb_eps": 1e-6, "lamb_max_grad_norm": 1.0,
-              "lamb_trust_clip": False, "lamb_decoupled_decay": False, "lr_poly_power": 2.0, "ema": False,
-              "ema_decay": 0.9998, "ema_warmup": False},
-    "pipeline": {"mode": "auto", "pin_memory": False, "non_blocking": False, "dual_stream": False,
-                 "transfer_dtype": "float32", "pinned_budget_mb": 0, "max_steps_ahead": 2, "warmup_steps": 10},
-    "dist": {"backend": "auto", "bucket_mb": 25.0, "overlap": True, "timeout_s": 300},
-    "run": {"name": "run", "dir": "runs", "log_steps": False, "trace_steps": "", "checkpoint_every": 1,
-            "progress_interval_s": 10.0},
-}
+# The repository root: pinfeed's executable is looked for in its build folder.
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def pinfeed_exe():
+    """pinfeed's executable: $PINFEED_BIN, else $PINFEED_EXE, else <repo>/build/app/pinfeed."""
+    return os.environ.get("PINFEED_BIN") or os.environ.get("PINFEED_EXE") or str(REPO / "build" / "app" / "pinfeed")
+
+
+@functools.lru_cache(maxsize=None)
+def defaults():
+    """Every config key pinfeed knows, with its default, as pinfeed itself prints them (`pinfeed help config
+    --json`: {"section": {"key": value}}), read once per process: the recipe's keys are read, the rest are
+    pinfeed's machinery and ignored here. Shared: copy it before changing it. UsageError when no pinfeed runs."""
+    exe = pinfeed_exe()
+    hint = "build it (scripts/setup.sh) or point PINFEED_BIN at a pinfeed executable"
+    try:
+        r = subprocess.run([exe, "help", "config", "--json"], capture_output=True, text=True)
+    except OSError as e:
+        raise UsageError(f"cannot run {exe} for the config keys' defaults ({e.strerror}): {hint}") from None
+    if r.returncode != 0:
+        raise UsageError(f"{exe} help config --json: exit {r.returncode}: {r.stderr.strip()[-300:]}; {hint}")
+    try:
+        keys = json.loads(r.stdout)
+    except ValueError as e:
+        raise UsageError(f"{exe} help config --json: not JSON ({e}); {hint}") from None
+    if not isinstance(keys, dict) or not all(isinstance(v, dict) for v in keys.values()):
+        raise UsageError(f"{exe} help config --json: expected {{\"section\": {{\"key\": value}}}}")
+    return keys
+
+
 # Keys that take true, false or "auto".
 SWITCHES = {"train.channels_last", "train.cuda_graph"}
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -67,9 +75,10 @@ def parse_value(text):
 
 def set_key(cfg, dotted, value, where, raw=None):
     section, _, key = dotted.partition(".")
-    if section not in DEFAULTS or key not in DEFAULTS[section]:
+    known = defaults()
+    if section not in known or key not in known[section]:
         raise UsageError(f"{where}: unknown config key '{dotted}' (pinfeed help config lists them)")
-    default = DEFAULTS[section][key]
+    default = known[section][key]
     if dotted in SWITCHES:
         if raw is not None and not isinstance(value, bool):
             value = raw
@@ -93,7 +102,7 @@ def set_key(cfg, dotted, value, where, raw=None):
 def load_config(path, overrides):
     if tomllib is None:
         raise UsageError("reading the config needs Python 3.11 or newer (tomllib)")
-    cfg = {s: dict(keys) for s, keys in DEFAULTS.items()}
+    cfg = {s: dict(keys) for s, keys in defaults().items()}
     with open(path, "rb") as f:
         doc = tomllib.load(f)
     for section, keys in doc.items():

@@ -11,7 +11,7 @@ SGD (lr 0.1, momentum 0.9, weight decay 1e-4), cross-entropy, cudnn.benchmark, T
 reference_pytorch.py: compiled by reference_pytorch.COMPILE_WARMUP_STEPS steps on the first pipeline's first batch
 before anything is timed (its seconds in meta.compile_s); every point's --warmup steps still follow. The JSON is the
 schema of pinfeed's bench.json (implementation "dali", or "dali+compile"; each row and meta also carry "compile" and
-"precision"), so `pinfeed bench --reference FILE` and scripts/plot_bench.py show it beside pinfeed; each row also
+"precision"), so `pinfeed bench --reference FILE` and `scripts/tables.py modes` show it beside pinfeed; each row also
 names its decoder, threads and hw_decoder_load, and says whether the GPU waited for its input (cpu_input_bound: more
 than 5% GPU idle).
 

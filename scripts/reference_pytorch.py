@@ -7,8 +7,8 @@ PILToTensor, uint8 across PCIe and the normalisation on the GPU (uint8, as timm'
 DataLoader(num_workers, pin_memory, persistent_workers=True, prefetch_factor), one per configuration and kept
 across repeats (its workers start once, before the first warm-up), `.to(device, non_blocking)`, and for
 dual_stream a side-stream prefetcher like timm's PrefetchLoader. Writes the JSON schema of pinfeed's bench.json
-(implementation "pytorch") so that `pinfeed bench --reference FILE` and scripts/plot_bench.py show both side by
-side; each row says whether the GPU waited for its CPU input side (cpu_input_bound: more than 5% GPU idle).
+(implementation "pytorch") so that `pinfeed bench --reference FILE` and `scripts/tables.py modes` show both side
+by side; each row says whether the GPU waited for its CPU input side (cpu_input_bound: more than 5% GPU idle).
 
 --precision: fp32, tf32 (the default: TF32 matmuls and convolutions), bf16 (autocast bfloat16) or fp16 (autocast
 float16 with torch.amp.GradScaler("cuda"): scaler.scale(loss).backward(), scaler.step(opt), scaler.update(); the

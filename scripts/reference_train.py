@@ -39,7 +39,7 @@ wherever two trainers could differ:
   GradScaler's factors 2 and 0.5, as pinfeed's loss scaler), channels_last
   model and input (train.channels_last), TF32 allowed unless precision is "fp32", cudnn.benchmark as
   train.cudnn_benchmark.
-- metrics (the fields of pinfeed's metrics.jsonl, so that scripts/plot_parity.py and scripts/tta_table.py read
+- metrics (the fields of pinfeed's metrics.jsonl, so that `scripts/tables.py parity` and `tables.py tta` read
   both alike): epoch (from 1), lr (the epoch's last step's), image_size (the epoch's training side), train_loss
   (mean of the steps' losses, smoothing included), val_loss (mean cross-entropy without smoothing, logits in
   float32), val_top1, val_top5 (fractions of the whole val split), ema_val_loss/top1/top5 with train.ema,
@@ -47,12 +47,13 @@ wherever two trainers could differ:
   evaluation), eval_s, steps; and wall_s: seconds from the script's start (before torch is imported) to the end of
   the epoch's evaluation, start-up, data scans, worker starts and compilation included.
 
-Keys of the config that concern pinfeed's own machinery (pipeline.*, dist.*, run.*, data.crop_decode,
-data.decoder, data.nvjpeg_share: the reference decodes with PIL in its workers or with DALI, model.fused_bn,
-model.bn_graph, model.max_pool, model.pad_input and model.fold_grad_add: the same arithmetic through other kernels,
-...) are accepted and ignored; an unknown key, or a recipe key this script cannot follow, stops it with exit code 2.
-Workers (DataLoader processes, DALI threads): data.workers, or as pinfeed when 0 (cores - 3, cores - 1 on 4 cores
-or fewer); --workers overrides it.
+Every key and its default are pinfeed's own, asked of the executable (`pinfeed help config --json`: $PINFEED_BIN,
+else $PINFEED_EXE, else build/app/pinfeed; exit 2 when none runs). Keys of the config that concern pinfeed's own
+machinery (pipeline.*, dist.*, run.*, data.crop_decode, data.decoder, data.nvjpeg_share: the reference decodes
+with PIL in its workers or with DALI, model.fused_bn, model.bn_graph, model.max_pool, model.pad_input and
+model.fold_grad_add: the same arithmetic through other kernels, ...) are accepted and ignored; an unknown key, or a
+recipe key this script cannot follow, stops it with exit code 2. Workers (DataLoader processes, DALI threads):
+data.workers, or as pinfeed when 0 (cores - 3, cores - 1 on 4 cores or fewer); --workers overrides it.
 """
 import time
 
@@ -64,7 +65,7 @@ import os  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 
-from reference_config import (DEFAULTS, EXIT_USAGE, UsageError, add_compile_mode, default_workers,  # noqa: E402,F401
+from reference_config import (EXIT_USAGE, UsageError, add_compile_mode, default_workers,  # noqa: E402,F401
                               learning_rate, load_config, side_of_epoch, sides_by_epoch, tomllib)
 from reference_data import LOADERS  # noqa: E402  (torch is imported by train(), not here)
 

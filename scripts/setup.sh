@@ -38,7 +38,7 @@ if [ -z "${CMAKE_PREFIX_PATH:-}" ]; then
     "$venv/bin/pip" install -q "torch==$TORCH_VERSION" numpy
     touch "$venv/.complete"
   fi
-  # The charts of scripts/plot_bench.py and scripts/plot_parity.py (a venv made before they were needed lacks it).
+  # The charts of `scripts/tables.py parity` and `tta` (a venv made before they were needed lacks it).
   if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
     step "installing matplotlib into $venv"
     "$venv/bin/pip" install -q matplotlib

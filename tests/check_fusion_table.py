@@ -1,4 +1,4 @@
-"""scripts/fusion_table.py on the fusion benchmark's raw data kept in docs/: its totals are the program's own
+"""`scripts/tables.py fusion` on the fusion benchmark's raw data kept in docs/: its totals are the program's own
 (per_step_us, the C++ accounting in benchmarks/bench_conv_bn_fusion.cu), the stages add up to them, the earlier
 program's file (without each BN's own backward) gives the fused table alone, and every row of the tables it prints
 is in docs/training-step.md as printed.
@@ -15,7 +15,7 @@ from check_common import fail
 
 
 def run(script, files, out=None):
-    r = subprocess.run([sys.executable, str(script), *map(str, files)] + (["--json", str(out)] if out else []),
+    r = subprocess.run([sys.executable, str(script), "fusion", *map(str, files)] + (["--json", str(out)] if out else []),
                        capture_output=True, text=True)
     if r.returncode != 0:
         fail(f"exit {r.returncode}\n{r.stdout}{r.stderr}")
@@ -30,7 +30,7 @@ TOLERANCE = 0.05 * 3 * 41
 def main():
     repo = pathlib.Path(sys.argv[1])
     data = repo / "docs" / "data" / "training-step"
-    script = repo / "scripts" / "fusion_table.py"
+    script = repo / "scripts" / "tables.py"
     files = [data / "fusion.json", data / "fusion-repeat.json", data / "fusion-before-own-bn-backward.json"]
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "table.json"

@@ -1,12 +1,12 @@
 """The torchvision side of the accuracy comparison follows pinfeed's recipe:
 
 - scripts/reference_train.py reads configs/parity_resnet50.toml plus overrides into the same values that
-  `pinfeed train` resolves (its run folder's config.toml), every key pinfeed has, defaults included (a key
-  pinfeed gains fails here until the reference decides what it means for it); unknown keys and wrong types
-  are refused;
+  `pinfeed train` resolves (its run folder's config.toml), every key pinfeed has, defaults included (asked of the
+  executable: `pinfeed help config --json`); unknown keys and wrong types are refused, and so is every config
+  when no pinfeed runs (exit 2, naming PINFEED_BIN);
 - its learning rate per step is pinfeed's (the lr of each epoch's last step in metrics.jsonl, with a fractional
   warm-up and a min_lr), and its steps per epoch drop the last partial batch as pinfeed does;
-- scripts/plot_parity.py passes within the threshold, fails beyond it (exit 1) and refuses runs of different
+- `scripts/tables.py parity` passes within the threshold, fails beyond it (exit 1) and refuses runs of different
   lengths (exit 2); it says whether the mean difference +- 2 standard errors lies within the threshold, beyond
   it, or across it;
 - with torchvision importable, a 2-epoch CPU run of reference_train.py writes pinfeed's metric fields with the
@@ -16,6 +16,7 @@ Usage: check_parity_scripts.py PINFEED_EXE REPO_ROOT. Exits 77 (ctest: skipped) 
 """
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def close(a, b):
 
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
+    os.environ["PINFEED_BIN"] = exe  # reference_config.defaults() asks this pinfeed for its keys, here and in children
     with skip_without("Python < 3.11"):
         import tomllib  # noqa: F401
     sys.path.insert(0, str(repo / "scripts"))
@@ -73,6 +75,11 @@ def main():
                 fail(f"override {bad[0]} was accepted")
             except ref.UsageError:
                 pass
+        r = subprocess.run([sys.executable, str(repo / "scripts" / "reference_train.py"), "--config", str(config),
+                            f'data.root="{data}"', "--out", str(tmp / "never.jsonl")], capture_output=True, text=True,
+                           env=dict(os.environ, PINFEED_BIN=str(tmp / "no-pinfeed")))
+        if r.returncode != 2 or "PINFEED_BIN" not in r.stderr or "Traceback" in r.stderr:
+            fail(f"reference_train.py without a pinfeed to ask for the defaults: exit {r.returncode}\n{r.stderr}")
 
         # 2. The learning rate of each epoch's last step, and drop_last.
         steps = 10 // 3
@@ -83,7 +90,7 @@ def main():
             if not math.isclose(lr, row["lr"], rel_tol=1e-9):
                 fail(f"epoch {row['epoch']}: pinfeed lr {row['lr']}, reference_train.learning_rate {lr}")
 
-        # 3. The verdict of plot_parity.py.
+        # 3. The verdict of tables.py parity.
         def runs(top1s):
             paths = []
             for i, top1 in enumerate(top1s):
@@ -96,7 +103,7 @@ def main():
 
         def verdict(pin, ref_runs):
             out = tmp / "results"
-            r = subprocess.run([sys.executable, str(repo / "scripts" / "plot_parity.py"), "--pinfeed", *pin,
+            r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "parity", "--pinfeed", *pin,
                                 "--reference", *ref_runs, "--out-dir", str(out), "--no-chart"],
                                capture_output=True, text=True)
             return r.returncode, (out / "parity.md").read_text() if (out / "parity.md").exists() else ""
@@ -120,7 +127,7 @@ def main():
             fail(f"runs of 2 and 1 epochs: exit {code}, expected 2")
         # Its parity.json gives the same table again (--from: how docs/ keeps the raw runs).
         code, md = verdict(runs([[0.5, 0.800], [0.5, 0.810]]), runs([[0.4, 0.800], [0.4, 0.815]]))
-        r = subprocess.run([sys.executable, str(repo / "scripts" / "plot_parity.py"), "--from",
+        r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "parity", "--from",
                             str(tmp / "results" / "parity.json"), "--out-dir", str(tmp / "again"), "--no-chart"],
                            capture_output=True, text=True)
         if r.returncode != code or (tmp / "again" / "parity.md").read_text() != md:

@@ -1,4 +1,4 @@
-"""scripts/schedule_table.py on the scheduled run's raw data kept in docs/: each epoch's share is of its own side's
+"""`scripts/tables.py schedule` on the scheduled run's raw data kept in docs/: each epoch's share is of its own side's
 ceiling, an epoch at a side with no ceiling is refused, and the summary adds images / ceiling and eval_s.
 
 Usage: check_schedule_table.py REPO_ROOT.
@@ -15,7 +15,7 @@ from check_common import fail
 def main():
     repo = pathlib.Path(sys.argv[1])
     raw = json.loads((repo / "docs" / "data" / "resolution-schedule" / "schedule-ffcv16.json").read_text())
-    script = repo / "scripts" / "schedule_table.py"
+    script = [str(repo / "scripts" / "tables.py"), "schedule"]
     images = raw["train_images"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
@@ -26,7 +26,7 @@ def main():
             benches.append(tmp / f"{name}.json")
             benches[-1].write_text(json.dumps(doc))
         out = tmp / "table.json"
-        run = [sys.executable, str(script), "--metrics", str(metrics), "--train-images", str(images)]
+        run = [sys.executable, *script, "--metrics", str(metrics), "--train-images", str(images)]
         r = subprocess.run(run + ["--ceilings", *map(str, benches), "--json", str(out)], capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"exit {r.returncode}\n{r.stdout}{r.stderr}")

@@ -1,6 +1,6 @@
 """The time-to-accuracy scripts:
 
-- scripts/tta_table.py on hand-made runs: the target (the Python side's mean final top-1), each run's first epoch
+- `scripts/tables.py tta` on hand-made runs: the target (the Python side's mean final top-1), each run's first epoch
   at or above it (nothing interpolated; "not reached"), the Python time of a run that ends below the target (its
   end), the speed-ups and their mean and standard error, the top-1 gap's verdicts, the clock each file offers
   (launch_s, else wall_s, else the running sum of epoch_s), exit 2 on unequal numbers of runs;
@@ -17,6 +17,7 @@ Usage: check_time_to_accuracy.py PINFEED_EXE REPO_ROOT. Exits 77 (ctest: skipped
 """
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def write_run(path, rows, clock="launch_s"):
 
 def table(repo, tmp, pinfeed, python, *extra):
     out = tmp / "tta.json"
-    r = subprocess.run([sys.executable, str(repo / "scripts" / "tta_table.py"), "--pinfeed", *pinfeed,
+    r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "tta", "--pinfeed", *pinfeed,
                         "--python", *python, "--json", str(out), *extra], capture_output=True, text=True)
     return r.returncode, (json.loads(out.read_text()) if r.returncode == 0 else None), r.stdout + r.stderr
 
@@ -52,7 +53,7 @@ def check_table(repo, tmp):
          write_run(tmp / "r1.jsonl", [(0.50, 40), (0.70, 70), (0.78, 100)], clock="wall_s")]
     code, res, text = table(repo, tmp, p, r, "--seeds", "0", "1")
     if code != 0:
-        fail(f"tta_table.py exit {code}: {text}")
+        fail(f"tables.py tta exit {code}: {text}")
     if not math.isclose(res["target_top1"], 0.81):
         fail(f"target {res['target_top1']}, expected 0.81")
     seeds = res["seeds"]
@@ -174,7 +175,7 @@ def check_sides(exe, repo, tmp):
     import reference_config as ref
 
     def sides(epochs, **data):
-        d = dict(ref.DEFAULTS["data"], **data)
+        d = dict(ref.defaults()["data"], **data)
         return [ref.side_of_epoch(d, e) for e in range(epochs)]
 
     # tests/test_side_schedule.cpp's cases (FFCV's get_resolution).
@@ -235,6 +236,7 @@ def check_missing_dali(repo, tmp):
 
 def main():
     exe, repo = sys.argv[1], pathlib.Path(sys.argv[2])
+    os.environ["PINFEED_BIN"] = exe  # reference_config.defaults() asks this pinfeed for its keys, here and in children
     with skip_without("Python < 3.11"):
         import tomllib  # noqa: F401
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""scripts/tta_table.py on the time-to-accuracy runs kept in docs/: the table in docs/accuracy-parity.md, row by
+"""`scripts/tables.py tta` on the time-to-accuracy runs kept in docs/: the table in docs/accuracy-parity.md, row by
 row, the mean curves' ratio it quotes (or that a mean curve misses the target) and how many pinfeed runs reach the
 target, come out of the raw runs.
 
@@ -27,7 +27,7 @@ def main():
                 path.write_text("".join(json.dumps(row) + "\n" for row in raw["runs"][f"{side}-seed{seed}"]))
                 files[side].append(str(path))
         md = tmp / "tta.md"
-        r = subprocess.run([sys.executable, str(repo / "scripts" / "tta_table.py"), "--pinfeed", *files["pinfeed"],
+        r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "tta", "--pinfeed", *files["pinfeed"],
                             "--python", *files["python"], "--seeds", *seeds, "--md", str(md),
                             "--json", str(tmp / "tta.json"), "--images", *map(str, raw["table"]["images"]),
                             "--project", *map(str, raw["table"]["projected_images"])], capture_output=True, text=True)

@@ -1,6 +1,6 @@
 // A trace on the GPU (ctest label "gpu"; skipped without CUDA): CUPTI's kernels and copies are in it, on the
-// streams they ran on, beside the training thread's ranges. No timing is asserted (scripts/check_trace.sh compares
-// the idle figures).
+// streams they ran on, beside the training thread's ranges. No timing is asserted (scripts/bench_feed.sh
+// --trace-check compares the idle figures).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
