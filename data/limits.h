@@ -1,5 +1,5 @@
 // Bounds of the options that size memory or threads, declared once for the config keys (app/config/keys.cpp) and
-// the Python module's arguments (app/python). They keep each value, and the products made of them, far from
+// the Python module's arguments (python/). They keep each value, and the products made of them, far from
 // overflow; the checks against this machine (the host ring in half its memory, threads per core) come after them.
 #pragma once
 

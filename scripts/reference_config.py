@@ -143,7 +143,7 @@ def load_config(path, overrides):
 
 
 def learning_rate(t, step, steps_per_epoch, scale):
-    """app/optim/lr_schedule.cpp, line for line."""
+    """engine/optim/lr_schedule.cpp, line for line."""
     lr, min_lr = t["lr"] * scale, t["min_lr"] * scale
     if t["lr_schedule"] == "triangular":
         def at_epoch(e):

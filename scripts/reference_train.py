@@ -30,7 +30,7 @@ wherever two trainers could differ:
   every bias, i.e. the parameters of dimension <= 1); train.optimizer other than "sgd" is refused. train.ema:
   timm.utils.ModelEmaV3(decay, use_warmup = train.ema_warmup) updated after each step with the step count from 1
   (as timm's train.py; tests/check_optim_reference.py pins pinfeed's EMA to it), evaluated beside the weights.
-- learning rate, set before every step from the global step (app/optim/lr_schedule.cpp): warm-up lr * (s + 1) / W for
+- learning rate, set before every step from the global step (engine/optim/lr_schedule.cpp): warm-up lr * (s + 1) / W for
   s < W = warmup_epochs * steps_per_epoch, then min_lr + (lr - min_lr) (1 + cos(pi p)) / 2 with p = (s - W) /
   (E * steps_per_epoch - W); train.lr_schedule = "triangular": FFCV's cyclic, "poly": MLPerf's; lr and min_lr
   scaled by batch / train.lr_reference_batch when that is set.

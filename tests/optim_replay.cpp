@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   }
   try {
     at::NoGradGuard no_grad;
-    const c10::IValue v = engine::parse_torch_file(engine::read_torch_file(argv[1]), argv[1]);
+    const c10::IValue v = pinfeed::engine::parse_torch_file(pinfeed::engine::read_torch_file(argv[1]), argv[1]);
     const auto c = v.toGenericDict();
     if (c.at("kind").toStringRef() == "ema") return replay_ema(c) ? 0 : 1;
     const bool a = replay_optimizer(c, /*tensor_lr=*/false), b = replay_optimizer(c, /*tensor_lr=*/true);

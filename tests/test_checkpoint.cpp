@@ -16,6 +16,7 @@
 #include <iterator>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/errors.h"
 #include "app/config/config.h"
 #include "app/run/run_files.h"
 #include "data/error.h"
@@ -24,7 +25,7 @@
 namespace pinfeed::app {
 namespace {
 
-TEST(engine::Checkpoint, RoundTripIsBitIdentical) {
+TEST(Checkpoint, RoundTripIsBitIdentical) {
   const std::string dir = test::fresh_dir("ckpt");
   engine::Checkpoint c;
   c.model["conv1.weight"] = at::randn({4, 3, 3, 3});
@@ -69,7 +70,7 @@ TEST(engine::Checkpoint, RoundTripIsBitIdentical) {
 
 // torch.load's weights_only unpickler (the default since PyTorch 2.6) refuses any global outside its allow list;
 // tests/check_torch_load.py loads a real checkpoint with it.
-TEST(engine::Checkpoint, FileNamesNoTorchScriptGlobal) {
+TEST(Checkpoint, FileNamesNoTorchScriptGlobal) {
   const std::string dir = test::fresh_dir("ckpt_tags");
   engine::Checkpoint c;
   c.model["fc.weight"] = at::randn({2, 4});
@@ -82,7 +83,7 @@ TEST(engine::Checkpoint, FileNamesNoTorchScriptGlobal) {
 }
 
 // What pinfeed wrote before format 2: torch::jit::pickle_save of typed dicts, without the recorded sizes.
-TEST(engine::Checkpoint, Format1FilesStillLoadWithoutTheirSizes) {
+TEST(Checkpoint, Format1FilesStillLoadWithoutTheirSizes) {
   const std::string dir = test::fresh_dir("ckpt_v1");
   c10::impl::GenericDict model(c10::StringType::get(), c10::TensorType::get());
   model.insert("conv1.weight", at::randn({4, 3, 3, 3}));
@@ -105,7 +106,7 @@ TEST(engine::Checkpoint, Format1FilesStillLoadWithoutTheirSizes) {
   EXPECT_EQ(r.batch_size, 0) << "not recorded";
 }
 
-TEST(engine::Checkpoint, ANewerFormatIsRefusedSayingSo) {
+TEST(Checkpoint, ANewerFormatIsRefusedSayingSo) {
   const std::string dir = test::fresh_dir("ckpt_v9");
   c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
   d.insert("format_version", int64_t{9});
@@ -119,7 +120,7 @@ TEST(engine::Checkpoint, ANewerFormatIsRefusedSayingSo) {
   }
 }
 
-TEST(engine::Checkpoint, AFailedWriteLeavesThePreviousFileIntact) {
+TEST(Checkpoint, AFailedWriteLeavesThePreviousFileIntact) {
   const std::string dir = test::fresh_dir("ckpt_fail");
   engine::write_file_atomic(dir + "/last.pt", std::string("old"));
   std::filesystem::create_directory(dir + "/last.pt.tmp");  // makes the temp file impossible to create
@@ -127,7 +128,7 @@ TEST(engine::Checkpoint, AFailedWriteLeavesThePreviousFileIntact) {
   EXPECT_EQ(std::string(engine::read_file_bytes(dir + "/last.pt").data(), 3), "old");
 }
 
-TEST(engine::Checkpoint, NotACheckpointIsRefusedAsAUsageError) {
+TEST(Checkpoint, NotACheckpointIsRefusedAsAUsageError) {
   const std::string dir = test::fresh_dir("ckpt_bad");
   engine::write_file_atomic(dir + "/x.pt", std::string("not a zip"));
   EXPECT_NE(test::message_of<engine::CheckpointError>([&] { engine::load_checkpoint(dir + "/x.pt"); }).find("not a zip archive"),
@@ -145,7 +146,7 @@ engine::Checkpoint small_checkpoint() {
   return c;
 }
 
-TEST(engine::Checkpoint, AMissingFileADirectoryAFifoAndADeviceAreRefusedBeforeAnyRead) {
+TEST(Checkpoint, AMissingFileADirectoryAFifoAndADeviceAreRefusedBeforeAnyRead) {
   const std::string dir = test::fresh_dir("ckpt_special");
   ASSERT_EQ(::mkfifo((dir + "/fifo.pt").c_str(), 0600), 0);  // no writer: a blocking open would wait for ever
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -161,7 +162,7 @@ TEST(engine::Checkpoint, AMissingFileADirectoryAFifoAndADeviceAreRefusedBeforeAn
   }
 }
 
-TEST(engine::Checkpoint, ATruncatedFileIsADataErrorSayingSo) {
+TEST(Checkpoint, ATruncatedFileIsADataErrorSayingSo) {
   const std::string dir = test::fresh_dir("ckpt_cut");
   engine::save_checkpoint(dir + "/last.pt", small_checkpoint());
   const auto size = std::filesystem::file_size(dir + "/last.pt");
@@ -173,7 +174,7 @@ TEST(engine::Checkpoint, ATruncatedFileIsADataErrorSayingSo) {
   }
 }
 
-TEST(engine::Checkpoint, AFlippedByteInATensorIsRefusedNamingTheEntry) {
+TEST(Checkpoint, AFlippedByteInATensorIsRefusedNamingTheEntry) {
   const std::string dir = test::fresh_dir("ckpt_flip");
   engine::save_checkpoint(dir + "/last.pt", small_checkpoint());
   std::ifstream in(dir + "/last.pt", std::ios::binary);
@@ -191,7 +192,7 @@ TEST(engine::Checkpoint, AFlippedByteInATensorIsRefusedNamingTheEntry) {
   EXPECT_NE(test::message_of<DataError>([&] { engine::load_weights(dir + "/flipped.pt"); }).find("CRC-32"), std::string::npos);
 }
 
-TEST(engine::Checkpoint, NonFiniteWeightsAreRefusedNamingTheKey) {
+TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheKey) {
   const std::string dir = test::fresh_dir("ckpt_nan");
   engine::Checkpoint c = small_checkpoint();
   c.model["fc.bias"][1] = NAN;
@@ -201,7 +202,7 @@ TEST(engine::Checkpoint, NonFiniteWeightsAreRefusedNamingTheKey) {
   EXPECT_NE(test::message_of<DataError>([&] { engine::load_weights(dir + "/nan.pt"); }).find("fc.bias"), std::string::npos);
 }
 
-TEST(engine::Checkpoint, ImpossiblePositionsAreRefusedNamingTheKey) {
+TEST(Checkpoint, ImpossiblePositionsAreRefusedNamingTheKey) {
   const std::string dir = test::fresh_dir("ckpt_position");
   engine::Checkpoint c = small_checkpoint();
   c.epoch = -1;
@@ -234,7 +235,7 @@ TEST(engine::Checkpoint, ImpossiblePositionsAreRefusedNamingTheKey) {
 }
 
 // The momentum buffers are the parameters': one each, of its shape.
-TEST(engine::Checkpoint, OptimizerStateThatDoesNotFitTheModelIsRefusedNamingTheEntry) {
+TEST(Checkpoint, OptimizerStateThatDoesNotFitTheModelIsRefusedNamingTheEntry) {
   const std::string dir = test::fresh_dir("ckpt_optimizer");
   engine::Checkpoint c = small_checkpoint();
   c.optimizer["fc.weight"] = at::randn({2, 4});
@@ -259,7 +260,7 @@ TEST(engine::Checkpoint, OptimizerStateThatDoesNotFitTheModelIsRefusedNamingTheE
 
 // LAMB's state: two moments per parameter under "<kind>/<name>" and its step; the EMA and best.pt's raw
 // weights beside `model`; which optimizer and which weights. An older file (no optimizer_name) is SGD's.
-TEST(engine::Checkpoint, OptimizerNameLambStateEmaAndBestWeightsRoundTrip) {
+TEST(Checkpoint, OptimizerNameLambStateEmaAndBestWeightsRoundTrip) {
   const std::string dir = test::fresh_dir("ckpt_lamb_ema");
   engine::Checkpoint c = small_checkpoint();
   EXPECT_EQ(c.optimizer_name, "sgd");
@@ -342,7 +343,7 @@ std::string state_dict_pickle() {
   return p.bytes;
 }
 
-TEST(engine::Checkpoint, AStateDictFromPythonLoadsAsWeightsAndResumeNamesInitFrom) {
+TEST(Checkpoint, AStateDictFromPythonLoadsAsWeightsAndResumeNamesInitFrom) {
   const std::string dir = test::fresh_dir("ckpt_state_dict");
   write_torch_zip(dir + "/sd.pt", state_dict_pickle(), {1, 2, 3, 4, 5, 6});
   const engine::Weights w = engine::load_weights(dir + "/sd.pt");
@@ -356,14 +357,14 @@ TEST(engine::Checkpoint, AStateDictFromPythonLoadsAsWeightsAndResumeNamesInitFro
             std::string::npos);
 }
 
-TEST(engine::Checkpoint, AStorageShorterThanItsTensorIsRefused) {
+TEST(Checkpoint, AStorageShorterThanItsTensorIsRefused) {
   const std::string dir = test::fresh_dir("ckpt_short_storage");
   write_torch_zip(dir + "/sd.pt", state_dict_pickle(), {1, 2, 3});  // 3 floats for a (2, 3) tensor
   EXPECT_NE(test::message_of<DataError>([&] { engine::load_weights(dir + "/sd.pt"); }).find("fewer than its 6 elements"),
             std::string::npos);
 }
 
-TEST(engine::Checkpoint, APickleNamingAnythingButPlainDataIsRefusedNamingIt) {
+TEST(Checkpoint, APickleNamingAnythingButPlainDataIsRefusedNamingIt) {
   const std::string dir = test::fresh_dir("ckpt_foreign");
   PickleText p;
   p.global("os", "system").str("true").op('\x85').op('R').op('.');

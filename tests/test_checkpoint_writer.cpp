@@ -34,7 +34,7 @@ engine::Checkpoint small_checkpoint(int64_t epoch) {
   return c;
 }
 
-TEST(engine::CheckpointWriter, TheFileHoldsTheTensorsAsTheyWereWhenSaveReturned) {
+TEST(CheckpointWriter, TheFileHoldsTheTensorsAsTheyWereWhenSaveReturned) {
   const std::string dir = test::fresh_dir("ckpt_writer");
   engine::Checkpoint c = small_checkpoint(3);
   std::map<std::string, at::Tensor> model, optimizer;  // the values handed over
@@ -59,7 +59,7 @@ TEST(engine::CheckpointWriter, TheFileHoldsTheTensorsAsTheyWereWhenSaveReturned)
   }
 }
 
-TEST(engine::CheckpointWriter, SavesAreWrittenInTheOrderGiven) {
+TEST(CheckpointWriter, SavesAreWrittenInTheOrderGiven) {
   const std::string dir = test::fresh_dir("ckpt_writer_order");
   engine::CheckpointWriter writer;
   for (int64_t epoch = 1; epoch <= 4; ++epoch) writer.save({{dir + "/last.pt", small_checkpoint(epoch)}});
@@ -70,7 +70,7 @@ TEST(engine::CheckpointWriter, SavesAreWrittenInTheOrderGiven) {
 
 // A FIFO where the temp file goes holds the first write in its open() until a reader comes, and fails it then
 // (a FIFO cannot be fsynced): the save after it waits for it, then throws its error and writes nothing.
-TEST(engine::CheckpointWriter, ASaveWaitsForTheWriteBeforeItAndThrowsItsError) {
+TEST(CheckpointWriter, ASaveWaitsForTheWriteBeforeItAndThrowsItsError) {
   const std::string dir = test::fresh_dir("ckpt_writer_wait");
   const std::string fifo = dir + "/a.pt.tmp";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -101,7 +101,7 @@ TEST(engine::CheckpointWriter, ASaveWaitsForTheWriteBeforeItAndThrowsItsError) {
   writer.wait();  // the error was thrown once: nothing more to say
 }
 
-TEST(engine::CheckpointWriter, AFailedWriteIsThrownByWaitOnceAndLoggedWhenNothingTookIt) {
+TEST(CheckpointWriter, AFailedWriteIsThrownByWaitOnceAndLoggedWhenNothingTookIt) {
   const std::string dir = test::fresh_dir("ckpt_writer_fail");
   {
     engine::CheckpointWriter writer;

@@ -25,7 +25,7 @@ engine::LossScaler scaler(double init = 1024, int64_t growth_interval = 3) {
   return engine::LossScaler(c10::Device(c10::kCPU), o);
 }
 
-TEST(engine::LossScaler, ScalesTheLossAndUnscalesTheGradients) {
+TEST(LossScaler, ScalesTheLossAndUnscalesTheGradients) {
   engine::LossScaler s = scaler(1024);
   EXPECT_FLOAT_EQ(s.scale(at::tensor(0.5)).item<float>(), 512.0f);
   std::vector<at::Tensor> grads = {at::full({4}, 2048.0), at::full({2, 2}, -1024.0)};
@@ -35,7 +35,7 @@ TEST(engine::LossScaler, ScalesTheLossAndUnscalesTheGradients) {
   EXPECT_EQ(s.found_inf().item<float>(), 0);
 }
 
-TEST(engine::LossScaler, AnInfOrNanGradientBacksOffAndCountsASkippedStep) {
+TEST(LossScaler, AnInfOrNanGradientBacksOffAndCountsASkippedStep) {
   for (const double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
     engine::LossScaler s = scaler(1024);
     std::vector<at::Tensor> grads = {at::ones({3}), at::tensor({1.0, bad})};
@@ -53,7 +53,7 @@ TEST(engine::LossScaler, AnInfOrNanGradientBacksOffAndCountsASkippedStep) {
   }
 }
 
-TEST(engine::LossScaler, GrowsAfterGrowthIntervalCleanStepsInARow) {
+TEST(LossScaler, GrowsAfterGrowthIntervalCleanStepsInARow) {
   engine::LossScaler s = scaler(1024, /*growth_interval=*/3);
   std::vector<at::Tensor> grads = {at::ones({2})};
   auto clean_step = [&] {
@@ -78,7 +78,7 @@ TEST(engine::LossScaler, GrowsAfterGrowthIntervalCleanStepsInARow) {
   EXPECT_EQ(s.current_scale(), 2048);
 }
 
-TEST(engine::LossScaler, StateRoundTripsAndResumesTheSameSchedule) {
+TEST(LossScaler, StateRoundTripsAndResumesTheSameSchedule) {
   engine::LossScaler a = scaler(1024, 3);
   std::vector<at::Tensor> grads = {at::ones({2})};
   a.unscale(grads);
@@ -95,7 +95,7 @@ TEST(engine::LossScaler, StateRoundTripsAndResumesTheSameSchedule) {
   EXPECT_EQ(b.current_scale(), 2048);
 }
 
-TEST(engine::LossScaler, RefusesAStateWithABadScaleOrMissingKeys) {
+TEST(LossScaler, RefusesAStateWithABadScaleOrMissingKeys) {
   engine::LossScaler s = scaler();
   auto state = [](double scale) {
     return std::map<std::string, at::Tensor>{{"scale", at::tensor(scale, at::kFloat)},
@@ -111,7 +111,7 @@ TEST(engine::LossScaler, RefusesAStateWithABadScaleOrMissingKeys) {
   EXPECT_THROW(s.load_state(partial), std::runtime_error);
 }
 
-TEST(engine::Sgd, FoundInfSkipsTheWholeStepMomentumIncluded) {
+TEST(Sgd, FoundInfSkipsTheWholeStepMomentumIncluded) {
   at::Tensor w = at::ones({3});
   w.mutable_grad() = at::full({3}, 0.5);
   engine::Sgd sgd({{"w", w}}, {}, engine::SgdOptions{0.9, false, 1e-4});

@@ -73,7 +73,7 @@ void expect_equal(const std::map<std::string, at::Tensor>& a, const std::map<std
 
 const engine::OptimizerKind kKinds[] = {engine::OptimizerKind::kSgd, engine::OptimizerKind::kLars, engine::OptimizerKind::kLamb};
 
-TEST(engine::Optimizer, EachNameOfTheRegistryMakesItsOptimizer) {
+TEST(Optimizer, EachNameOfTheRegistryMakesItsOptimizer) {
   std::vector<std::string> names;
   for (const auto& [name, kind] : engine::optimizer_names()) {
     names.push_back(name);
@@ -86,7 +86,7 @@ TEST(engine::Optimizer, EachNameOfTheRegistryMakesItsOptimizer) {
 }
 
 // A captured graph reads the rate from a device scalar: the same bytes as the number's step.
-TEST(engine::Optimizer, ARateFromATensorStepsAsTheNumberDoes) {
+TEST(Optimizer, ARateFromATensorStepsAsTheNumberDoes) {
   for (const engine::OptimizerKind kind : kKinds) {
     Named a = fresh_params(), b = clone(a);
     auto oa = make(a, kind), ob = make(b, kind);
@@ -102,7 +102,7 @@ TEST(engine::Optimizer, ARateFromATensorStepsAsTheNumberDoes) {
 }
 
 // The fp16 loss scaler's overflow: infinite gradients, found_inf 1. Nothing moves, the step count included.
-TEST(engine::Optimizer, FoundInfSkipsTheWholeStepStateIncluded) {
+TEST(Optimizer, FoundInfSkipsTheWholeStepStateIncluded) {
   for (const engine::OptimizerKind kind : kKinds) {
     Named p = fresh_params();
     auto o = make(p, kind);
@@ -120,7 +120,7 @@ TEST(engine::Optimizer, FoundInfSkipsTheWholeStepStateIncluded) {
 }
 
 // A checkpoint's state, loaded into a new optimizer over the same weights, goes on bit for bit.
-TEST(engine::Optimizer, StateLoadedIntoANewOptimizerContinuesBitForBit) {
+TEST(Optimizer, StateLoadedIntoANewOptimizerContinuesBitForBit) {
   for (const engine::OptimizerKind kind : kKinds) {
     Named whole = fresh_params(), split = clone(whole);
     auto ow = make(whole, kind);
@@ -141,7 +141,7 @@ TEST(engine::Optimizer, StateLoadedIntoANewOptimizerContinuesBitForBit) {
 }
 
 // What a graph's capture does when the run had no state yet: the warm-up's state reset, the next step a first one.
-TEST(engine::Optimizer, ResetStateStepsAsAFreshOptimizer) {
+TEST(Optimizer, ResetStateStepsAsAFreshOptimizer) {
   for (const engine::OptimizerKind kind : kKinds) {
     Named fresh = fresh_params(), reset = clone(fresh);
     auto of = make(fresh, kind), orr = make(reset, kind);
@@ -155,7 +155,7 @@ TEST(engine::Optimizer, ResetStateStepsAsAFreshOptimizer) {
 }
 
 // A parameter without a gradient is left alone; the others step.
-TEST(engine::Optimizer, AParameterWithoutAGradientIsLeftAlone) {
+TEST(Optimizer, AParameterWithoutAGradientIsLeftAlone) {
   for (const engine::OptimizerKind kind : kKinds) {
     Named p = fresh_params();
     auto o = make(p, kind);
@@ -170,7 +170,7 @@ TEST(engine::Optimizer, AParameterWithoutAGradientIsLeftAlone) {
 
 // ModelEmaV3.get_decay(step): 0 for the first update, then the decay, or with warm-up
 // 1 - (1 + (n - 1) / gamma)^-power within [min_decay, decay].
-TEST(engine::WeightEma, DecayFollowsModelEmaV3) {
+TEST(WeightEma, DecayFollowsModelEmaV3) {
   engine::EmaOptions o;
   o.decay = 0.9998;
   EXPECT_EQ(engine::ema_decay(o, 0), 0.0);
@@ -188,7 +188,7 @@ TEST(engine::WeightEma, DecayFollowsModelEmaV3) {
 }
 
 // The first update copies the model exactly (decay 0); the next average floating tensors and copy the rest.
-TEST(engine::WeightEma, FirstUpdateCopiesTheModelThenAveragesFloatsAndCopiesTheRest) {
+TEST(WeightEma, FirstUpdateCopiesTheModelThenAveragesFloatsAndCopiesTheRest) {
   Named model = {{"w", at::full({3}, 2.0f)}, {"count", at::full({}, 5, at::kLong)}};
   Named ema = {{"w", at::zeros({3})}, {"count", at::zeros({}, at::kLong)}};
   engine::EmaOptions o;
@@ -215,7 +215,7 @@ TEST(engine::WeightEma, FirstUpdateCopiesTheModelThenAveragesFloatsAndCopiesTheR
 // warm-up and captured runs apply it (lr 0, the weights unchanged), the EMA's tensors are put back, and the
 // replay applies it with the decay advance() set. The sequence, at the first update and at a later one, ends as
 // the one without a capture, bit for bit, and the count of updates is the steps'.
-TEST(engine::WeightEma, ASimulatedCaptureLeavesTheSequenceAsWithout) {
+TEST(WeightEma, ASimulatedCaptureLeavesTheSequenceAsWithout) {
   for (const int capture_at : {1, 3}) {
     Named model = {{"w", at::full({3}, 2.0f)}, {"count", at::full({}, 5, at::kLong)}};
     Named plain = {{"w", at::zeros({3})}, {"count", at::zeros({}, at::kLong)}}, graphed = clone(plain);

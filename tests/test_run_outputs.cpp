@@ -262,7 +262,7 @@ TEST(RunRecord, TheDriverVersionIsTheNumberInTheKernelModulesLine) {
   EXPECT_EQ(nvidia_driver_version("GCC version: 12\n"), "");
 }
 
-TEST(engine::StepLosses, EachRecordGetsItsStepsLossAndLr) {
+TEST(StepLosses, EachRecordGetsItsStepsLossAndLr) {
   engine::StepLosses losses(c10::Device(c10::kCPU), std::nullopt);
   losses.start_epoch(4, 1);  // a resumed epoch: steps 1..3
   losses.add(1, at::scalar_tensor(1.5), 0.1);

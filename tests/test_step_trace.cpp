@@ -40,7 +40,7 @@ std::map<std::string, int> ranges_in(const json& trace) {
   return n;
 }
 
-TEST(engine::StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
+TEST(StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
   engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_train", 2, 24, 1, 32);
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_train_runs"), 2, "4-5")), {}, stop);
@@ -63,7 +63,7 @@ TEST(engine::StepTrace, TrainWritesAChromeTraceOfExactlyTheStepsAsked) {
   EXPECT_GT(meta.at("stepmeter").at("compute_ms_mean").get<double>(), 0);
 }
 
-TEST(engine::StepTrace, TrainWithoutTraceStepsWritesNoTrace) {
+TEST(StepTrace, TrainWithoutTraceStepsWritesNoTrace) {
   engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_none", 2, 16, 1, 32);
   const TrainResult r = train(resolve_plan(tiny_config(root, test::fresh_dir("trace_none_runs"), 1, "")), {}, stop);
@@ -72,7 +72,7 @@ TEST(engine::StepTrace, TrainWithoutTraceStepsWritesNoTrace) {
   }
 }
 
-TEST(engine::StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
+TEST(StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
   engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_refuse", 2, 24, 1, 32);
   const std::string runs = test::fresh_dir("trace_refuse_runs");
@@ -88,7 +88,7 @@ TEST(engine::StepTrace, TrainRefusesARangeAcrossAnEpochEndOrPastTheRun) {
   EXPECT_NE(past.rfind("override 'run.trace_steps=\"5-6\"':1:", 0), std::string::npos) << "where it was set: " << past;
 }
 
-TEST(engine::StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
+TEST(StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
   engine::StopRequest stop;
   const std::string root = test::make_dataset("trace_bench", 2, 16, 0, 32);
   const std::string dir = test::fresh_dir("trace_bench_out");
@@ -115,7 +115,7 @@ TEST(engine::StepTrace, BenchWritesATraceOfTheTimedStepsOfEachRow) {
   }
 }
 
-TEST(engine::StepTrace, BenchRefusesARangePastItsTimedSteps) {
+TEST(StepTrace, BenchRefusesARangePastItsTimedSteps) {
   engine::StopRequest stop;
   BenchArgs a;
   a.start.config = "/unused.toml";  // refused before the config is read
