@@ -8,13 +8,15 @@ import importlib
 import importlib.util
 import json
 import pathlib
+import re
 import time
 import types
 
 import pytest
 import torch
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "pinfeed"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "python" / "pinfeed"
 
 
 def _built():
@@ -110,6 +112,16 @@ def test_records_have_the_documented_fields_and_the_json_lines_equal_them(tmp_pa
     assert [json.loads(line) for line in path.read_text().splitlines()] == w.records
     assert len(lines) == 2 and lines[0].startswith("train epoch 3: ") and "samples/s, wait p50 " in lines[0]
     assert "5 steps in " in lines[0] and "(+1 warm-up in " in lines[0]
+
+
+def test_the_docs_table_lists_every_record_field():
+    page = (REPO / "docs" / "python-module.md").read_text()
+    section = page.split("## Is the GPU waiting? `pinfeed.watch`")[1].split("\n## ")[0]
+    documented = set()
+    for row in section.splitlines():
+        if row.startswith("| `"):
+            documented.update(re.findall(r"`([a-z0-9_]+)`", row.split("|")[1]))
+    assert documented == set(watch_module.RECORD_FIELDS)
 
 
 def test_the_line_goes_to_stderr_by_default_and_nowhere_with_log_none(capsys):
