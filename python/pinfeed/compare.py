@@ -55,14 +55,14 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.pa
 import torch  # noqa: E402
 
 try:
-    from .watch import Watch, format_line
+    from .watch import Watch, fmt_ms, format_line
 except ImportError:  # run or loaded as a file, outside the package: watch.py is beside it
     import importlib.util
     _spec = importlib.util.spec_from_file_location(
         "_pinfeed_watch", os.path.join(os.path.dirname(os.path.abspath(__file__)), "watch.py"))
     _watch = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_watch)
-    Watch, format_line = _watch.Watch, _watch.format_line
+    Watch, fmt_ms, format_line = _watch.Watch, _watch.fmt_ms, _watch.format_line
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 LR, MOMENTUM = 0.01, 0.9
@@ -261,7 +261,7 @@ class Trainer:
         self.optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, fused=cuda)
         self.scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
         dtype = PRECISIONS[args.precision]
-        self.autocast = dict(device_type=device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+        self.autocast = dict(device_type=device.type, enabled=dtype is not None, **({"dtype": dtype} if dtype else {}))
         self.criterion = torch.nn.CrossEntropyLoss()
 
     def step(self, images, labels):
@@ -381,8 +381,8 @@ def table(rows, repeats):
         share = (f"{100 * s['samples_per_s'] / ceiling:.1f}%" if ceiling and s["samples_per_s"] is not None
                  else "n/a")
         idle = "n/a" if s["gpu_idle"] is None else f"{100 * s['gpu_idle']:.1f}%"
-        lines.append(f"| {r['feed']} | {rate} | {_num(s['wait_ms_p50'], '.3g')} | {_num(s['wait_ms_p95'], '.3g')} | "
-                     f"{idle} | {share} | {_num(s['cpu_ms_per_sample'], '.3g')} |")
+        lines.append(f"| {r['feed']} | {rate} | {fmt_ms(s['wait_ms_p50'])} | {fmt_ms(s['wait_ms_p95'])} | {idle} | "
+                     f"{share} | {fmt_ms(s['cpu_ms_per_sample'])} |")
     lines.append("")
     measured = [r for r in rows if "summary" in r and r["summary"]["samples_per_s"] is not None]
     if repeats > 1:

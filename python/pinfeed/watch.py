@@ -77,9 +77,6 @@ RECORD_FIELDS = {
     "gpu_idle_ms_mean": "the idle between two steps, mean over the timed steps (None: not measured)",
 }
 
-_NOT_TIMED = object()  # a step index before the first timed one
-
-
 def to_stderr(line):
     """The default log=: the line on stderr, flushed."""
     print(line, file=sys.stderr, flush=True)
@@ -109,12 +106,16 @@ class Watch:
     """
 
     def __init__(self, loader, *, warmup_steps=10, batch_size=None, log=to_stderr, jsonl=None, epoch=0, name=None):
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"pinfeed.watch: warmup_steps must be an int >= 0, got {warmup_steps!r}")
-        if batch_size is not None and not callable(batch_size) and (
-                isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"pinfeed.watch: batch_size must be None, an int >= 1 or a function of the batch, "
-                             f"got {batch_size!r}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int):
+            raise TypeError(f"pinfeed.watch: warmup_steps must be an int, got {warmup_steps!r}")
+        if warmup_steps < 0:
+            raise ValueError(f"pinfeed.watch: warmup_steps must be >= 0, got {warmup_steps}")
+        if batch_size is not None and not callable(batch_size):
+            if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+                raise TypeError(f"pinfeed.watch: batch_size must be None, an int or a function of the batch, "
+                                f"got {batch_size!r}")
+            if batch_size < 1:
+                raise ValueError(f"pinfeed.watch: batch_size must be >= 1, got {batch_size}")
         if log is not None and not callable(log):
             raise TypeError(f"pinfeed.watch: log must be a callable taking a line, or None, got {log!r}")
         if isinstance(epoch, bool) or not isinstance(epoch, int):
