@@ -39,6 +39,10 @@ sample_timeout_s (a read that never returns) raises pinfeed.StuckSampleError nam
 KeyboardInterrupt out of a wait for a batch, also while a worker is stuck. After any of these, and after a loop
 left early (Ctrl-C or an exception in its body, a break), the same iterator or a new `for` loop over the loader
 continues the epoch at its first batch not delivered (so `next(iter(loader))` takes a batch of the epoch).
+
+pinfeed.watch(loader) wraps any loader (this one, a DataLoader, DALI's iterator) and reports per epoch the host's
+wait for batches, the GPU's idle share between steps and samples/s (pinfeed/watch.py); `python -m pinfeed.compare`
+trains one model from each feed in turn and tabulates those figures (pinfeed/compare.py).
 """
 import math
 import numbers
@@ -50,8 +54,9 @@ import torch  # first: its shared libraries (LibTorch) are the ones the extensio
 
 from . import _C
 from ._C import CheckpointError, DataError, StuckSampleError
+from .watch import Watch, watch
 
-__all__ = ["ImageFolderLoader", "load_weights", "CheckpointError", "DataError", "StuckSampleError"]
+__all__ = ["ImageFolderLoader", "load_weights", "watch", "Watch", "CheckpointError", "DataError", "StuckSampleError"]
 
 # The GPU decoder's streams on hardware queues of their own, not behind the training step's (CUDA's default is 8),
 # as `pinfeed train` asks: read when CUDA starts, so set at import unless the caller chose or CUDA already runs.
