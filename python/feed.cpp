@@ -85,7 +85,7 @@ Feed::Feed(FeedOptions o) : device_(o.device) {
   const pipeline::FeedAnswer feed = pipeline::resolve_feed(
       {o.decoder == "cpu" ? pipeline::Decoder::kCpu : o.decoder == "nvjpeg" ? pipeline::Decoder::kNvjpeg
                                                                                : pipeline::Decoder::kAuto,
-       o.device, /*uint8_transfer=*/cuda || o.dtype != at::kFloat, /*pixel_ops=*/false,
+       o.device, /*uint8_transfer=*/cuda || o.dtype != at::kFloat, /*pixel_ops=*/o.train && o.augment.pixel_ops(),
        /*normalised=*/o.dtype != at::kByte, /*mode_chosen=*/false});
   data::TransformOptions t = o.transform;
   t.gpu_decode = feed.gpu_decode;
@@ -111,7 +111,12 @@ Feed::Feed(FeedOptions o) : device_(o.device) {
     };
   }
   dataset_ = std::make_shared<data::Dataset>(scan(o), t, o.train, o.on_bad_image);
-  feeder_ = std::make_unique<pipeline::Feeder>(dataset_, std::move(l), p, f);
+  pipeline::augment::AugmentOptions augment;  // validation batches get none
+  if (o.train) {
+    augment = o.augment;
+    augment.num_classes = static_cast<int64_t>(dataset_->folder().classes.size());
+  }
+  feeder_ = std::make_unique<pipeline::Feeder>(dataset_, std::move(l), p, f, augment);
 }
 
 Feed::~Feed() { close(); }

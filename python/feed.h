@@ -18,6 +18,7 @@
 #include "data/dataset/dataset.h"
 #include "data/loader/loader.h"
 #include "data/transform/transforms.h"
+#include "pipeline/augment/options.h"
 #include "pipeline/transfer/feeder.h"
 
 namespace pinfeed::python {
@@ -32,13 +33,16 @@ struct FeedOptions {
   std::string decoder = "auto";      // cpu | nvjpeg | auto: data.decoder's choices and rule
   c10::Device device{c10::kCPU};     // cuda:N with its index
   bool channels_last = true;
+  // `pinfeed train`'s device augmentations (data.auto_augment, random erasing, Mixup/CutMix with label smoothing
+  // folded into the soft targets), for training batches; num_classes is the folder's.
+  pipeline::augment::AugmentOptions augment;
   c10::ScalarType dtype = c10::kFloat;  // kFloat, kHalf: normalised; kByte: the pixels as they are
   int64_t stall_sample = -1;  // test seam: a worker about to load this dataset index waits for release_stall()
 };
 
 struct FeedBatch {
   at::Tensor images;  // (B, 3, S, S) of the dtype asked for, on the device (channels_last strides if asked)
-  at::Tensor labels;  // (B,) int64 on the device
+  at::Tensor labels;  // (B,) int64 on the device; with Mixup/CutMix, (B, classes) float soft targets
   int64_t index = -1;  // within the epoch
 };
 

@@ -22,6 +22,7 @@
 #include "data/limits.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/errors.h"
+#include "pipeline/augment/options.h"
 #include "gpu/gpu.h"
 #include "pipeline/decode/jpeg_decoder.h"
 
@@ -162,6 +163,30 @@ PyFeed::PyFeed(const py::kwargs& given) {
   take3(k, "mean", t.mean);
   take3(k, "std", t.std);
 
+  // The bounds of each are pinfeed/__init__.py's to check; the texts parse here, as the config keys' do.
+  namespace augment = pipeline::augment;
+  augment::AugmentOptions& a = o.augment;
+  try {
+    a.auto_augment = augment::parse_policy(take<std::string>(k, "auto_augment"));
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(std::string("auto_augment ") + e.what());
+  }
+  try {
+    a.fill = augment::parse_fill(take<std::string>(k, "augment_fill"));
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(std::string("augment_fill ") + e.what());
+  }
+  a.interpolation = take<std::string>(k, "augment_interpolation") == "bilinear" ? augment::Interpolation::kBilinear
+                                                                                : augment::Interpolation::kNearest;
+  a.erasing_p = take<double>(k, "random_erasing");
+  a.erasing_value = take<std::string>(k, "random_erasing_value") == "random" ? augment::ErasingValue::kRandom
+                                                                             : augment::ErasingValue::kZero;
+  a.mixup_alpha = take<double>(k, "mixup_alpha");
+  a.cutmix_alpha = take<double>(k, "cutmix_alpha");
+  a.mix_prob = take<double>(k, "mixup_prob");
+  a.switch_prob = take<double>(k, "mixup_switch_prob");
+  a.label_smoothing = take<double>(k, "label_smoothing");
+
   data::LoaderOptions& l = o.loader;
   l.batch_size = take<int64_t>(k, "batch_size");
   l.workers = take<int>(k, "threads");
@@ -209,6 +234,7 @@ PYBIND11_MODULE(_C, m) {
     limits["min_scale"] = data::kMinScale;
     limits["min_val_resize_ratio"] = data::kMinValResizeRatio;
     limits["max_sample_timeout_s"] = data::kMaxSampleTimeoutS;
+    limits["max_mix_alpha"] = pinfeed::pipeline::augment::kMaxMixAlpha;
     m.attr("limits") = limits;
   }
   m.def("nvjpeg_unavailable_reason", [] { return pinfeed::pipeline::JpegDecoder::unavailable_reason(); },

@@ -208,10 +208,10 @@ const std::vector<Key>& keys() {
       choice("data.random_erasing_value", PINFEED_FIELD(augment.erasing_value),
              {{"zero", augment::ErasingValue::kZero}, {"random", augment::ErasingValue::kRandom}},
              "what an erased box holds: zero (the mean colour) | random (standard normal values)"),
-      key("data.mixup_alpha", PINFEED_FIELD(augment.mixup_alpha), in_range(0, 100),
+      key("data.mixup_alpha", PINFEED_FIELD(augment.mixup_alpha), in_range(0, augment::kMaxMixAlpha),
           "timm's Mixup (mode batch): the training batch blended with its mirror image by Beta(alpha, alpha), its "
           "labels soft targets with train.label_smoothing folded in; 0 = off"),
-      key("data.cutmix_alpha", PINFEED_FIELD(augment.cutmix_alpha), in_range(0, 100),
+      key("data.cutmix_alpha", PINFEED_FIELD(augment.cutmix_alpha), in_range(0, augment::kMaxMixAlpha),
           "timm's CutMix (mode batch): a box of the mirror image pasted in, its area from Beta(alpha, alpha); 0 = off"),
       key("data.mixup_prob", PINFEED_FIELD(augment.mix_prob), in_range(0, 1),
           "with Mixup or CutMix on: the probability a batch is mixed at all (timm's prob)"),

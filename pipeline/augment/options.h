@@ -37,6 +37,9 @@ using Fill = std::optional<std::array<float, 3>>;
 Fill parse_fill(const std::string& text);
 std::string fill_text(const Fill& fill);
 
+// data.mixup_alpha's and data.cutmix_alpha's bound (Beta(100, 100) is a lambda of 0.5 +- 0.035: far past use).
+inline constexpr double kMaxMixAlpha = 100;
+
 struct AugmentOptions {
   PolicyOptions auto_augment;
   Interpolation interpolation = Interpolation::kNearest;  // the geometric ops' sampling (torchvision: nearest)

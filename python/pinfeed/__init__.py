@@ -119,6 +119,48 @@ def _text(name, value):
     return value
 
 
+def _choice(name, value, choices):
+    if _text(name, value) not in choices:
+        raise ValueError(f"{_WHO}: {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def _augment(train, dtype, auto_augment, interpolation, fill, erasing, erasing_value, mixup_alpha, cutmix_alpha,
+             mixup_prob, switch_prob, label_smoothing):
+    """The device augmentations' arguments, in the bounds of `pinfeed train`'s data.* keys of the same names."""
+    a = dict(auto_augment=_text("auto_augment", auto_augment),
+             augment_interpolation=_choice("augment_interpolation", interpolation, ("nearest", "bilinear")),
+             random_erasing=_number("random_erasing", erasing, 0, 1),
+             random_erasing_value=_choice("random_erasing_value", erasing_value, ("zero", "random")),
+             mixup_alpha=_number("mixup_alpha", mixup_alpha, 0, _LIMITS["max_mix_alpha"]),
+             cutmix_alpha=_number("cutmix_alpha", cutmix_alpha, 0, _LIMITS["max_mix_alpha"]),
+             mixup_prob=_number("mixup_prob", mixup_prob, 0, 1),
+             mixup_switch_prob=_number("mixup_switch_prob", switch_prob, 0, 1),
+             label_smoothing=_number("label_smoothing", label_smoothing, 0, 1))
+    if a["label_smoothing"] >= 1:
+        raise ValueError(f"{_WHO}: label_smoothing must be in [0, 1), got {label_smoothing!r}")
+    if fill is None:
+        a["augment_fill"] = ""
+    elif isinstance(fill, numbers.Real) and not isinstance(fill, bool):
+        a["augment_fill"] = f"{_number('augment_fill', fill, 0, 255):.6f}"
+    else:
+        rgb = _numbers("augment_fill", fill, 3)
+        if not all(0 <= v <= 255 for v in rgb):
+            raise ValueError(f"{_WHO}: augment_fill must be a value or (R, G, B), each in [0, 255], got {fill!r}")
+        a["augment_fill"] = ",".join(f"{v:.6f}" for v in rgb)
+    mixing = a["mixup_alpha"] > 0 or a["cutmix_alpha"] > 0
+    if not train and (a["auto_augment"] or a["random_erasing"] > 0 or mixing):
+        raise ValueError(f"{_WHO}: validation batches (train=False) get no augmentations: leave auto_augment, "
+                         "random_erasing, mixup_alpha and cutmix_alpha at their defaults")
+    if dtype == torch.uint8 and (a["random_erasing"] > 0 or mixing):
+        raise ValueError(f"{_WHO}: random_erasing, Mixup and CutMix work on normalised batches: dtype must be "
+                         "torch.float32 or torch.float16, not torch.uint8")
+    if a["label_smoothing"] > 0 and not mixing:
+        raise ValueError(f"{_WHO}: label_smoothing is folded into Mixup/CutMix's soft targets; without mixing, "
+                         "smooth the labels in the loss (torch.nn.CrossEntropyLoss(label_smoothing=...))")
+    return a
+
+
 def _sides(image_size, train):
     """image_size as its list of sides by epoch, each in data.image_size's bounds."""
     lo, hi = _LIMITS["min_image_size"], _LIMITS["max_image_size"]
@@ -164,6 +206,15 @@ class ImageFolderLoader:
     three, shared among the LOCAL_WORLD_SIZE processes of this host, as `pinfeed train` chooses).
     The module's docstring states the stream contract, the ranks' shares and what happens with bad files.
 
+    Training batches get `pinfeed train`'s device augmentations, with the data.* keys' names and meanings:
+    auto_augment ("" | "trivial" | "rand-mM-nN" | "imagenet", torchvision's TrivialAugmentWide, RandAugment,
+    AutoAugment on the uint8 pixels; augment_interpolation "nearest" | "bilinear", augment_fill None, a value or
+    (R, G, B)), random_erasing (torchvision's RandomErasing probability, on the normalised batch;
+    random_erasing_value "zero" | "random") and timm's Mixup/CutMix in batch mode (mixup_alpha, cutmix_alpha,
+    mixup_prob, mixup_switch_prob). With mixing on, labels are soft targets (B, classes) float32, label_smoothing
+    folded in as timm's mixup_target does: train with torch.nn.CrossEntropyLoss() on them, which takes
+    probabilities. The same seed draws the same augmentations as `pinfeed train` with the same options.
+
     Every argument is checked before anything is allocated, against `pinfeed train`'s bounds for the same option
     (batch_size: train.batch_size; image_size: data.image_size; threads: data.workers and its limit per core;
     seed: train.seed; prefetch_batches, val_resize_ratio, scale, sample_timeout_s, nvjpeg_share, max_image_pixels,
@@ -180,7 +231,9 @@ class ImageFolderLoader:
                  drop_last=None, rank=None, world_size=None, on_bad_image="skip", classes=None, prefetch_batches=4,
                  sample_timeout_s=300.0, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), hflip=True, val_resize_ratio=0.875,
                  crop_decode=True, max_image_pixels=100_000_000, max_file_mb=256, nvjpeg_share=1.0,
-                 _stall_sample=-1):
+                 auto_augment="", augment_interpolation="nearest", augment_fill=None, random_erasing=0.0,
+                 random_erasing_value="zero", mixup_alpha=0.0, cutmix_alpha=0.0, mixup_prob=1.0, mixup_switch_prob=0.5,
+                 label_smoothing=0.0, _stall_sample=-1):
         try:
             root = os.fspath(root)
         except TypeError:
@@ -238,6 +291,9 @@ class ImageFolderLoader:
         rank = _int(_WHO, "rank", default_rank if rank is None else rank, 0, world_size - 1,
                     f" (world_size {world_size})")
         words = {name: _text(name, value) for name, value in (("decoder", decoder), ("on_bad_image", on_bad_image))}
+        augment = _augment(train, dtype, auto_augment, augment_interpolation, augment_fill, random_erasing,
+                           random_erasing_value, mixup_alpha, cutmix_alpha, mixup_prob, mixup_switch_prob,
+                           label_smoothing)
         host_ranks = _local_ranks()
         _stall_sample = _int(_WHO, "_stall_sample", _stall_sample, -1, _INT64_MAX)
         self.batch_size, self.seed, self.world_size, self.rank = batch_size, seed, world_size, rank
@@ -250,7 +306,7 @@ class ImageFolderLoader:
                 world_size=world_size, prefetch_batches=prefetch_batches, sample_timeout_s=sample_timeout_s,
                 scale=scale, ratio=ratio, val_resize_ratio=val_resize_ratio, max_image_pixels=max_image_pixels,
                 max_file_bytes=max_file_mb << 20, nvjpeg_share=nvjpeg_share, stall_sample=_stall_sample,
-                **flags, **words)
+                **flags, **words, **augment)
         except ValueError as e:  # options that cannot work together, the host ring over half the memory
             raise ValueError(f"{_WHO}: {e}") from None
         if _QUEUES_TOO_LATE and device.type == "cuda" and self._feed.decoder == "nvjpeg":
@@ -340,6 +396,11 @@ class ImageFolderLoader:
     def decoder(self):
         """What decodes JPEGs: "cpu" or "nvjpeg" (decoder="auto" resolved)."""
         return self._feed.decoder
+
+    @property
+    def mode(self):
+        """How batches cross to the device: the transfer mode that runs ("dual_stream" on CUDA, "pageable" on the CPU)."""
+        return self._feed.mode
 
     @property
     def threads(self):
