@@ -13,9 +13,11 @@
 #include "app/run/run_outputs.h"
 #include "app/train/trainer.h"
 
-namespace pinfeed::app {
+namespace pinfeed::engine {
+class Distributed;
+}  // namespace pinfeed::engine
 
-class engine::Distributed;
+namespace pinfeed::app {
 
 class Training {
  public:

@@ -389,3 +389,22 @@ def test_set_epoch_refuses_an_epoch_out_of_bounds_or_not_an_int(dataset, epoch, 
     feed = loader(dataset / "train")
     with pytest.raises(error, match=r"pinfeed\.ImageFolderLoader\.set_epoch: epoch"):
         feed.set_epoch(epoch)
+
+
+def test_training_augmentations_give_soft_targets_and_validation_refuses_them(dataset):
+    mixed = loader(dataset / "train", auto_augment="trivial", random_erasing=0.5, mixup_alpha=0.2, cutmix_alpha=1.0,
+                   label_smoothing=0.1)
+    images, labels = next(iter(mixed))
+    assert labels.shape == (images.shape[0], len(mixed.classes)) and labels.dtype == torch.float32
+    assert torch.allclose(labels.sum(1), torch.ones(images.shape[0]))  # probabilities, smoothing folded in
+    assert labels.min() > 0  # label smoothing reaches every class
+    with pytest.raises(ValueError, match="validation batches"):
+        loader(dataset / "val", train=False, mixup_alpha=0.2)
+    with pytest.raises(ValueError, match="auto_augment"):
+        loader(dataset / "train", auto_augment="sometimes")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        loader(dataset / "train", label_smoothing=0.1)
+    with pytest.raises(ValueError, match="mixup_alpha"):
+        loader(dataset / "train", mixup_alpha=1000.0)
+    with pytest.raises(ValueError, match="augment_fill"):
+        loader(dataset / "train", auto_augment="trivial", augment_fill=(0, 0, 300))
