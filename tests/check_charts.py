@@ -3,19 +3,11 @@ chart every seed has its own colour, the same on both sides, pinfeed solid and t
 
 Usage: check_charts.py REPO. Exits 77 (ctest: skipped) without matplotlib.
 """
-import importlib.util
 import pathlib
 import sys
 import tempfile
 
 from check_common import skip_without
-
-
-def script(repo, name):
-    spec = importlib.util.spec_from_file_location(name, repo / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main():
@@ -24,7 +16,9 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.colors
-    tables = script(repo, "tables")
+    sys.path.insert(0, str(repo / "scripts"))
+    import tables  # parity's chart
+    import tables_runs  # tta's
     hexes = lambda lines: [matplotlib.colors.to_hex(line.get_color()) for line in lines]  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
@@ -41,7 +35,7 @@ def main():
         curve = {"wall": [10.0, 20.0, 30.0], "top1": [0.5, 0.7, 0.8]}
         res = {"curves": [{"seed": s, "pinfeed": curve, "python": curve} for s in seeds], "target_top1": 0.75,
                "clock": {"pinfeed": ["from launch (timed_run.py)"], "python": ["from launch (timed_run.py)"]}}
-        lines = tables.tta_chart(res, tmp / "tta.png", "title").axes[0].get_lines()[:8]  # the target's line last
+        lines = tables_runs.tta_chart(res, tmp / "tta.png", "title").axes[0].get_lines()[:8]  # the target's line last
         colours = hexes(lines)
         assert len(set(colours[0::2])) == 4, f"four seeds, {len(set(colours[0::2]))} colours: {colours}"
         assert colours[0::2] == colours[1::2], f"a seed's colour differs between the sides: {colours}"

@@ -13,7 +13,7 @@ from check_common import doc_table, fail
 def main():
     repo = pathlib.Path(sys.argv[1])
     sys.path.insert(0, str(repo / "scripts"))
-    from tables import step_cell as cell  # how bench_step.sh's tables write a row's samples/s
+    from tables_bench import step_cell as cell  # how bench_step.sh's tables write a row's samples/s
     runs = json.loads((repo / "docs" / "data" / "training-step" / "step-reduce-overhead.json").read_text())["runs"]
     table = doc_table(repo / "docs" / "training-step.md", "| px | precision | pinfeed | `torch.compile` `reduce-overhead`")
     if len(table) != len(runs):
