@@ -31,6 +31,7 @@ NOT_RUN = {
     "/data/mine/train/<class>": "a folder layout, not commands",
     "$(cat build/.venv_path)/bin/torchrun": "ImageNet on 8 GPUs",
     "import torch, torchvision, pinfeed": "a training loop on CUDA over ImageNet",
+    "for images, labels in pinfeed.watch(train_loader)": "a fragment of the user's own loop (tests/python/test_watch.py runs watch)",
 }
 SKIP_LINES = {
     "tensorboard --logdir": "starts TensorBoard's server, which runs until stopped",
