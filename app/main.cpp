@@ -1,4 +1,4 @@
-// pinfeed: train ResNet-50 from an ImageFolder, generate sample data, benchmark host-to-device modes.
+// pinfeed: train a ResNet from an ImageFolder, generate sample data, benchmark host-to-device modes.
 #include <CLI/CLI.hpp>
 
 #include <c10/util/Exception.h>
@@ -110,13 +110,13 @@ int gen_data(data::SyntheticOptions so, const std::string& size, bool overwrite)
 constexpr const char* kHelpTopics[] = {"config", "metrics"};
 
 int run(int argc, char** argv) {
-  CLI::App cli{"pinfeed: is the GPU computing, or waiting for data? ResNet-50 training with switchable "
+  CLI::App cli{"pinfeed: is the GPU computing, or waiting for data? ResNet training with switchable "
                "host-to-device transfer modes."};
   cli.require_subcommand(1);
   cli.option_defaults()->always_capture_default();  // every --help shows each option's default
   cli.set_version_flag("--version", "pinfeed 0.1.0");
 
-  auto* train = cli.add_subcommand("train", "train ResNet-50 from a TOML config");
+  auto* train = cli.add_subcommand("train", "train a ResNet (model.arch) from a TOML config");
   app::StartArgs start;
   std::string resume;
   train->add_option("--config,-c", start.config,
@@ -242,10 +242,7 @@ static int exit_code(int argc, char** argv) {
   } catch (const app::ConfigError& e) {
     log::error(e.what());
     return engine::kExitUsage;
-  } catch (const engine::CheckpointError& e) {
-    log::error(e.what());
-    return engine::kExitUsage;
-  } catch (const engine::RankSetupError& e) {
+  } catch (const engine::InputError& e) {
     log::error(e.what());
     return engine::kExitUsage;
   } catch (const DataError& e) {

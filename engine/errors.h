@@ -6,17 +6,23 @@
 
 namespace pinfeed::engine {
 
-// A file that is not a checkpoint or state dict pinfeed can read: missing, a directory, too large, another kind
-// of pickle. what() starts with the path.
-class CheckpointError : public std::runtime_error {
+// The base of both: the user's input, not the program, is at fault.
+class InputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// The ranks' setting is wrong: torchrun's variables partial or malformed, or a rank's config differs from rank 0's.
-class RankSetupError : public std::runtime_error {
+// A file that is not a checkpoint or state dict pinfeed can read: missing, a directory, too large, another kind
+// of pickle. what() starts with the path.
+class CheckpointError : public InputError {
  public:
-  using std::runtime_error::runtime_error;
+  using InputError::InputError;
+};
+
+// The ranks' setting is wrong: torchrun's variables partial or malformed, or a rank's config differs from rank 0's.
+class RankSetupError : public InputError {
+ public:
+  using InputError::InputError;
 };
 
 }  // namespace pinfeed::engine

@@ -63,8 +63,10 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   // Runs body `warmup` times eagerly, then captures one more call of it. Both on a side stream that first
-  // waits for, and is afterwards waited on by, `stream`.
-  void capture(const c10::Stream& stream, int warmup, const std::function<void()>& body);
+  // waits for, and is afterwards waited on by, `stream`. share_pool: a graph captured before whose memory pool
+  // this one shares (graphs replayed one after the other on one stream, never at once).
+  void capture(const c10::Stream& stream, int warmup, const std::function<void()>& body,
+               const Graph* share_pool = nullptr);
   void replay(const c10::Stream& stream);
 
  private:

@@ -10,12 +10,19 @@
 #     the graph API, with ATen's kernels; torchvision eager and torchvision + torch.compile; each in bf16 and fp16
 #     (loss scaling). Then the table (scripts/tables.py step) into OUT_DIR/table.md.
 #       BATCH SIZE            batch per step and crop side (default 256, 224)
+#       ARCH                  model.arch and the same torchvision model (default resnet50)
 #       PRECISIONS            default "bf16 fp16"
 #       PARTS                 any of: pinfeed small ex_bn unfused eager compile (default: all; small, fp16 only:
 #                             pinfeed without conv3 writing its BN's statistics, model.bn_graph small; ex_bn: pinfeed
 #                             with every fused BatchNorm by cuDNN's ...Ex calls, model.bn_graph off)
 #       COMPILE_MODES         torch.compile's modes, a row each (default "default reduce-overhead": CUDA graphs)
 #       REPEATS WARMUP STEPS  per row (default 3, 15, 40); PYTHON (default python3, with torch and torchvision)
+#
+#   scripts/bench_step.sh --archs OUT_DIR
+#     The ResNet family: for each of ARCHS (default: every model.arch, torchvision's order), pinfeed's step beside
+#     torchvision's same model under torch.compile reduce-overhead, PRECISIONS (default fp16), one arch after the
+#     other (OUT_DIR/ARCH/ holds each arch's rows, as the first form writes them); then the table of every arch
+#     (scripts/tables.py archs) into OUT_DIR/archs.md and archs.json. BATCH SIZE REPEATS WARMUP STEPS as above.
 #
 #   scripts/bench_step.sh --ab BIN_A BIN_B OUT_DIR [key=value ...]
 #     Two pinfeed builds' fp16 step side by side, interleaved A B A B (a change that must not cost speed: "before"
@@ -49,7 +56,7 @@
 # reads one batch).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-usage="usage: scripts/bench_step.sh [--ab BIN_A BIN_B | --defaults | --fusion | --multi-gpu CONFIG] OUT_DIR ..."
+usage="usage: scripts/bench_step.sh [--archs | --ab BIN_A BIN_B | --defaults | --fusion | --multi-gpu CONFIG] OUT_DIR ..."
 bin=${PINFEED_BIN:-$repo/build/app/pinfeed}
 cache=${PINFEED_CACHE:-$HOME/.cache/pinfeed}
 python=${PYTHON:-python3}
@@ -74,20 +81,21 @@ table() {  # OUT_DIR
   local out=${1:?$usage}
   mkdir -p "$out"
   local precisions=${PRECISIONS:-bf16 fp16} parts=${PARTS:-pinfeed small ex_bn unfused eager compile}
-  local compile_modes=${COMPILE_MODES:-default reduce-overhead}
+  local compile_modes=${COMPILE_MODES:-default reduce-overhead} arch=${ARCH:-resnet50}
   step_data
   cd "$repo"
   pinfeed_row() {  # NAME OVERRIDES...
     local name=$1; shift
     "$bin" bench --config configs/bench_resnet50.toml --modes gpu_resident --repeats "$repeats" --warmup "$warmup" \
       --steps "$steps" --out "$out/$name" "data.root=\"$data\"" "train.batch_size=$batch" "data.image_size=$size" \
-      train.channels_last=true pipeline.transfer_dtype=uint8 train.cuda_graph=true "$@" > "$out/$name.log" 2>&1
+      train.channels_last=true pipeline.transfer_dtype=uint8 train.cuda_graph=true "model.arch=$arch" "$@" \
+      > "$out/$name.log" 2>&1
   }
   python_row() {  # NAME FLAGS...
     local name=$1; shift
     "$python" scripts/reference_pytorch.py --data "$data" --modes gpu_resident --batch-size "$batch" \
       --image-size "$size" --channels-last --transfer-dtype uint8 --repeats "$repeats" --warmup "$warmup" \
-      --steps "$steps" --out "$out/$name.json" "$@" > "$out/$name.log" 2>&1
+      --steps "$steps" --arch "$arch" --out "$out/$name.json" "$@" > "$out/$name.log" 2>&1
   }
   rows=()
   add() {  # LABEL FILE COMMAND...: runs the row; a failed row is named and left out of the table
@@ -124,6 +132,25 @@ table() {  # OUT_DIR
   done
   (( ${#rows[@]} )) || { echo "[bench_step] no row ran" >&2; exit 1; }
   "$python" scripts/tables.py step --base "${rows[0]%%=*}" --json "$out/table.json" "${rows[@]}" | tee "$out/table.md"
+}
+
+archs() {  # OUT_DIR
+  local out=${1:?$usage} a
+  mkdir -p "$out"
+  local all=(resnet18 resnet34 resnet50 resnet101 resnet152 wide_resnet50_2 wide_resnet101_2 resnext50_32x4d
+             resnext101_32x8d)
+  local done=()
+  for a in ${ARCHS:-${all[*]}}; do
+    echo "[bench_step] $a" >&2
+    if (ARCH=$a PARTS="compile pinfeed" PRECISIONS=${PRECISIONS:-fp16} COMPILE_MODES=reduce-overhead table "$out/$a" \
+          > /dev/null); then
+      done+=("$out/$a/table.json")
+    else
+      echo "[bench_step] $a: no table (see $out/$a/*.log)" >&2
+    fi
+  done
+  (( ${#done[@]} )) || { echo "[bench_step] no arch ran" >&2; exit 1; }
+  "$python" "$repo/scripts/tables.py" archs --json "$out/archs.json" "${done[@]}" | tee "$out/archs.md"
 }
 
 ab() {  # BIN_A BIN_B OUT_DIR [overrides...]
@@ -239,7 +266,7 @@ multi_gpu() {  # CONFIG OUT_DIR N [overrides...]
 }
 
 case ${1:-} in
-  --ab | --defaults | --fusion | --multi-gpu) mode=${1#--}; shift ;;
+  --archs | --ab | --defaults | --fusion | --multi-gpu) mode=${1#--}; shift ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   -*) echo "error: unknown option $1; $usage" >&2; exit 2 ;;
   "") echo "$usage" >&2; exit 2 ;;

@@ -281,6 +281,7 @@ def parse_args(argv=None):
     p.add_argument("--data", required=True, help="ImageFolder root (train/ is used)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--arch", default="resnet50", help="a torchvision ResNet (pinfeed's model.arch)")
     p.add_argument("--precision", choices=PRECISIONS, default="tf32",
                    help="fp32 | tf32 | bf16 (autocast) | fp16 (autocast and GradScaler; CUDA only)")
     p.add_argument("--compile", action="store_true",
@@ -324,7 +325,7 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     ds, _ = make_loader(args, False)
-    model = torchvision.models.resnet50(num_classes=len(ds.classes)).to(device)
+    model = getattr(torchvision.models, args.arch)(num_classes=len(ds.classes)).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
     # fused=True as pinfeed's optimizer, so that the comparison is about the input path

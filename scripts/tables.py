@@ -2,11 +2,13 @@
 """Every table the bench and accuracy scripts print, one sub-command each, from the JSON files they write:
 
   step      the training step against its Python peers           scripts/bench_step.sh
+  archs     the step of every ResNet against torch.compile's        scripts/bench_step.sh --archs
   fusion    the cuDNN frontend fusions, layer by layer             scripts/bench_step.sh --fusion
   feed      the feed from JPEG files against its ceiling and DALI  scripts/bench_feed.sh
   schedule  a scheduled run, epoch by epoch, against each side's ceiling   scripts/bench_feed.sh --schedule
   modes     every transfer mode, pinfeed and Python                scripts/bench_feed.sh --modes
   tta       time to accuracy: the table, and the curves' chart     scripts/time_to_accuracy.sh
+  project   one pinfeed run's time projected to ImageNet-1k      scripts/time_to_accuracy.sh --project
   parity    accuracy parity: the table, the chart and the verdict  scripts/time_to_accuracy.sh --parity
 
     scripts/tables.py SUB-COMMAND [options]     (scripts/tables.py SUB-COMMAND --help: its inputs and figures)
@@ -248,8 +250,9 @@ def parity_main(argv):
 
 # Each sub-command's module, which holds it as <sub-command>_main(argv). Imported when it runs: those modules
 # import what the tables share from this one.
-COMMANDS = {"step": "tables_bench", "fusion": "tables_bench", "feed": "tables_bench", "schedule": "tables_runs",
-            "modes": "tables_bench", "tta": "tables_runs", "parity": __name__}
+COMMANDS = {"step": "tables_bench", "archs": "tables_bench", "fusion": "tables_bench", "feed": "tables_bench", "schedule": "tables_runs",
+            "modes": "tables_bench", "tta": "tables_runs", "project": "tables_runs",
+            "parity": __name__}
 
 
 def main(argv):

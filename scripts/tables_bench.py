@@ -64,6 +64,47 @@ def step_main(argv):
             json.dump({"base": args.base, "rows": table}, f, indent=2)
 
 
+# ---- archs ---------------------------------------------------------------------------------------
+
+ARCHS_DOC = """The step of every ResNet beside torch.compile's, from the table.json that `tables.py step` wrote for each
+arch (scripts/bench_step.sh --archs: OUT_DIR/ARCH/table.json, a torch.compile row and a pinfeed row each).
+
+    tables.py archs [--json OUT] TABLE_JSON [TABLE_JSON ...]
+
+Per arch (the folder's name): torch.compile's and pinfeed's samples/s, median over the repeats [min-max], and
+pinfeed's median over torch.compile's; the precision and batch of the rows.
+"""
+
+
+def archs_main(argv):
+    p = parser("archs", ARCHS_DOC)
+    p.add_argument("tables", nargs="+", metavar="TABLE_JSON")
+    p.add_argument("--json", help="also write the table's numbers here")
+    args = p.parse_args(argv)
+    out = []
+    print("| model.arch | torch.compile reduce-overhead | pinfeed | pinfeed / torch.compile |")
+    print("| --- | --- | --- | --- |")
+    for path in args.tables:
+        with open(path) as f:
+            doc = json.load(f)
+        arch = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        peer = next((r for r in doc["rows"] if "torch.compile" in r["label"]), None)
+        ours = next((r for r in doc["rows"] if r["label"].startswith("pinfeed")), None)
+        if peer is None or ours is None:
+            print(f"| {arch} | {step_cell(peer) if peer else 'failed'} | {step_cell(ours) if ours else 'failed'} | "
+                  "n/a |")
+            out.append({"arch": arch, "compile": peer, "pinfeed": ours, "ratio": None})
+            continue
+        ratio = ours["median"] / peer["median"]
+        print(f"| {arch} | {step_cell(peer)} | {step_cell(ours)} | {ratio:.2f}x |")
+        out.append({"arch": arch, "compile": peer, "pinfeed": ours, "ratio": ratio,
+                    "precision": ours["precision"], "batch_size": ours["batch_size"],
+                    "image_size": ours["image_size"]})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": out}, f, indent=2)
+
+
 # ---- feed ----------------------------------------------------------------------------------------
 
 FEED_DOC = """The feed's comparison table from the JSON files scripts/bench_feed.sh writes: pinfeed's nvJPEG feed

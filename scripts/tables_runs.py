@@ -369,3 +369,51 @@ def tta_main(argv):
         tta_chart(res, args.png, f"Time to accuracy: pinfeed (solid) and the Python stack (dashed); speed-up "
                              f"{tta_times(res['summary']['speedup']['mean'])}")
     return 0
+
+
+# ---- project ---------------------------------------------------------------------------------------
+
+PROJECT_DOC = """One pinfeed run's time projected to another dataset's size (tta_project(): every epoch's training at
+its measured rate, its evaluation scaled by the val images, plus the run's own overhead), beside a reported time.
+
+    tables.py project --images TRAIN VAL --project TRAIN VAL [--reported MINUTES --reported-label TEXT]
+                      METRICS_JSONL
+
+Prints one Markdown table row set: the run's epochs, median samples/s, measured minutes, projected minutes, and
+the reported time where given. Exit code 2 on unreadable input.
+"""
+
+
+def project_main(argv):
+    p = parser("project", PROJECT_DOC)
+    p.add_argument("metrics", metavar="METRICS_JSONL")
+    p.add_argument("--images", nargs=2, type=int, required=True, metavar=("TRAIN", "VAL"))
+    p.add_argument("--project", nargs=2, type=int, required=True, metavar=("TRAIN", "VAL"))
+    p.add_argument("--reported", type=float, help="a reported time in minutes to print beside the projection")
+    p.add_argument("--reported-label", default="reported")
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args(argv)
+    try:
+        run = tta_read_run(args.metrics)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    projected = tta_project(run, args.images, args.project)
+    if projected is None:
+        print(f"error: {args.metrics}: an epoch lacks samples_per_s or eval_s", file=sys.stderr)
+        return 2
+    rates = [r for r in run["rates"] if r]
+    print("| epochs | top-1 at the end (these data) | samples/s, median [min-max] | this run (min) | "
+          f"projected to {args.project[0]:,} + {args.project[1]:,} images (min) |"
+          + (f" {args.reported_label} (min) |" if args.reported else ""))
+    print("| --- | --- | --- | --- | --- |" + (" --- |" if args.reported else ""))
+    print(f"| {len(run['top1'])} | {100 * run['top1'][-1]:.2f}% | {statistics.median(rates):,.0f} "
+          f"[{min(rates):,.0f}-{max(rates):,.0f}] | {run['wall'][-1] / 60:.2f} | {projected / 60:.1f} |"
+          + (f" {args.reported:.1f} |" if args.reported else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"metrics": args.metrics, "clock": run["clock"], "images": args.images,
+                       "project": args.project, "run_s": run["wall"][-1], "projected_s": projected,
+                       "rates": run["rates"], "eval_s": run["eval_s"], "top1": run["top1"],
+                       "reported_min": args.reported}, f, indent=2)
+    return 0

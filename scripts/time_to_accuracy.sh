@@ -40,14 +40,22 @@
 #       PARITY_SIDES      which sides run (default "pinfeed torchvision"); a side left out must have its runs'
 #                         JSON lines in OUT_DIR already (<side>-seed<N>.jsonl, from an earlier run of the same recipe)
 #
-# Both: PINFEED_BIN (default: build/app/pinfeed, built by setup.sh if missing); PYTHON, with torch, torchvision
+#   scripts/time_to_accuracy.sh --project OUT_DIR [section.key=value ...]
+#     One recipe's ImageNet-1k time, projected: PROJECT_CONFIG (default configs/resnet18_ffcv16.toml) trained by
+#     pinfeed alone once on the time-to-accuracy data above (DATA, TTA_*), under scripts/timed_run.py; then
+#     `scripts/tables.py project` puts every epoch's measured rate and evaluation time to 1,281,167 + 50,000 images
+#     (plus the run's own overhead) beside REPORTED minutes (REPORTED_LABEL names them). Writes OUT_DIR/project.md,
+#     project.json and the run's files. A projection: another dataset's JPEGs decode at other rates.
+#
+# All: PINFEED_BIN (default: build/app/pinfeed, built by setup.sh if missing); PYTHON, with torch, torchvision
 # and matplotlib (default: the venv scripts/setup.sh names in the build folder's .venv_path, else python3).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-usage="usage: scripts/time_to_accuracy.sh [--parity] OUT_DIR [section.key=value ...]"
+usage="usage: scripts/time_to_accuracy.sh [--parity | --project] OUT_DIR [section.key=value ...]"
 mode=tta
 case ${1:-} in
   --parity) mode=parity; shift ;;
+  --project) mode=project; shift ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   -*) echo "error: unknown option $1; $usage" >&2; exit 2 ;;
 esac
@@ -158,6 +166,19 @@ n_val=$(find "$data/val" -type f | wc -l)
 n_train=$(find "$data/train" -type f | wc -l)
 if [ "$n_classes" -lt 100 ] || [ "$n_val" -lt 5000 ] || [ "${#seeds[@]}" -lt 4 ]; then
   log "note: $n_classes classes, $n_val val images, ${#seeds[@]} seed(s): a smoke run, below what the comparison asks (>= 100, >= 5,000, >= 4)"
+fi
+if [ "$mode" = project ]; then
+  config=${PROJECT_CONFIG:-$repo/configs/resnet18_ffcv16.toml}
+  rm -rf "$out/project-run"
+  log "pinfeed, $(basename "$config")"
+  "$python" "$repo/scripts/timed_run.py" --metrics "$out/project-run/*/metrics.jsonl" --out "$out/project.jsonl" -- \
+    "$bin" train --config "$config" "data.root=\"$data\"" "${extra[@]}" "$@" "run.dir=\"$out/project-run\"" \
+    >"$out/project.log" 2>&1 ||
+    { echo "error: the run failed: see $out/project.log" >&2; tail -5 "$out/project.log" >&2; exit 1; }
+  "$python" "$repo/scripts/tables.py" project --images "$n_train" "$n_val" --project 1281167 50000 \
+    ${REPORTED:+--reported "$REPORTED" --reported-label "${REPORTED_LABEL:-reported}"} --json "$out/project.json" \
+    "$out/project.jsonl" | tee "$out/project.md"
+  exit 0
 fi
 # Every file read once before the first run: no run pays the disk that the next one finds in the page cache.
 find "$data" -type f -name '*.*' -print0 | xargs -0 cat >/dev/null

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     for (const bool blur : {false, true}) {
       model::ResNetOptions options{10, false};
       options.blurpool = blur;
-      model::ResNet net = model::resnet50(options);
+      model::ResNet net = model::resnet(options);
       net->to(at::kDouble);
       app::copy_weights(net, state, argv[1]);  // every name and shape, nothing more: torchvision's state dict
       for (const bool train : {false, true}) {

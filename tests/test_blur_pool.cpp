@@ -65,7 +65,7 @@ TEST(BlurPool, StateDictHasTheSameNamesAndShapesOnAndOff) {
   for (const bool on : {false, true}) {
     ResNetOptions options{10, false};
     options.blurpool = on;
-    ResNet m = resnet50(options);
+    ResNet m = resnet(options);
     m->eval();
     m->forward(at::randn({1, 3, 32, 32}));  // the filters exist now: still not in the state dict
     for (const auto& items : {m->named_parameters(), m->named_buffers()}) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "app/config/config.h"
@@ -301,6 +302,30 @@ TEST(Config, ShippedConfigsParse) {
   want.insert(want.end(), 4, 192);
   EXPECT_EQ(sides, want);
   EXPECT_EQ(data::side_of(ffcv.transform, false, 0), 224);
+}
+
+// FFCV's ResNet-18 configs (rn18_16_epochs.yaml, rn18_88_epochs.yaml): resnet18 with BlurPool and flips, batch
+// 1024 at 0.5 (0.125 per 256), weight decay 5e-5, the ramp 160 -> 192 rounded as FFCV rounds it, validation at 256.
+TEST(Config, FfcvResNet18ConfigsHoldTheirSourcesValues) {
+  const std::string dir = std::string(PINFEED_SOURCE_DIR) + "/configs/";
+  for (const auto& [file, epochs, at_160] : {std::tuple{"resnet18_ffcv16.toml", 16, 12}, {"resnet18_ffcv88.toml", 88, 71}}) {
+    SCOPED_TRACE(file);
+    const Config c = load_config(dir + file, {"data.root=\"/data/mine\""});
+    EXPECT_EQ(c.step.net.arch, model::Arch::kResNet18);
+    EXPECT_EQ(c.schedule.epochs, epochs);
+    std::vector<int> sides;
+    for (int64_t e = 0; e < c.schedule.epochs; ++e) sides.push_back(data::side_of(c.transform, true, e));
+    std::vector<int> want(at_160, 160);
+    want.insert(want.end(), epochs - at_160, 192);
+    EXPECT_EQ(sides, want);
+    EXPECT_EQ(data::side_of(c.transform, false, 0), 256);
+    EXPECT_EQ(c.train_loader.batch_size, 1024);
+    EXPECT_DOUBLE_EQ(c.schedule.lr * 1024 / c.schedule.reference_batch, 0.5);
+    EXPECT_DOUBLE_EQ(c.step.optimizer.sgd.weight_decay, 5e-5);
+    EXPECT_DOUBLE_EQ(c.step.label_smoothing, 0.1);
+    EXPECT_TRUE(c.step.net.blurpool);
+    EXPECT_TRUE(c.step.eval_flip);
+  }
 }
 
 // The recipe configs against their sources' numbers (each config's header cites them).

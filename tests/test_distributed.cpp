@@ -63,11 +63,11 @@ struct Mlp {
 
 constexpr int kSteps = 6, kBatch = 5;
 
-// The global batch of a step: 2 * kBatch samples, the same on every process.
-std::pair<at::Tensor, at::Tensor> global_batch(int step, c10::Device device) {
+// The global batch of a step: 2 * kBatch samples per micro-batch (accumulate of them), the same on every process.
+std::pair<at::Tensor, at::Tensor> global_batch(int step, c10::Device device, int accumulate = 1) {
   at::manual_seed(1000 + step);
-  const at::Tensor x = at::randn({2 * kBatch, 8});
-  const at::Tensor y = at::randint(4, {2 * kBatch}, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor x = at::randn({2 * kBatch * accumulate, 8});
+  const at::Tensor y = at::randint(4, {2 * kBatch * accumulate}, at::TensorOptions().dtype(at::kLong));
   return {x.to(device), y.to(device)};
 }
 
@@ -103,11 +103,18 @@ int rank_grad_sync() {
     engine::GradSync sync(mlp.params, dist.backend(), /*bucket_bytes=*/300, env_or("PINFEED_TEST_OVERLAP", "1") == "1");
     engine::Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
     const int die_after = std::atoi(env_or("PINFEED_TEST_DIE_AFTER", "0").c_str());
+    // Gradient accumulation as StepRunner does it: each micro-batch's loss / accumulate, the hooks reducing only
+    // in the last micro-batch's backward. Rank r takes micro-batches r * accumulate ... of each global batch.
+    const int accumulate = std::atoi(env_or("PINFEED_TEST_ACCUMULATE", "1").c_str());
     for (int step = 0; step < kSteps; ++step) {
       if (die_after > 0 && env.rank == 1 && step == die_after) std::_Exit(9);  // as if killed
-      const auto [x, y] = global_batch(step, device);
+      const auto [x, y] = global_batch(step, device, accumulate);
       sgd.zero_grad();
-      mlp.loss(x.narrow(0, env.rank * kBatch, kBatch), y.narrow(0, env.rank * kBatch, kBatch)).backward();
+      for (int m = 0; m < accumulate; ++m) {
+        sync.set_reduce(m + 1 == accumulate);
+        const int64_t at = (env.rank * accumulate + m) * kBatch;
+        (mlp.loss(x.narrow(0, at, kBatch), y.narrow(0, at, kBatch)) / accumulate).backward();
+      }
       sync.finish_step();
       sgd.step(0.1);
     }
@@ -190,11 +197,13 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-void expect_two_ranks_match_one_rank_of_twice_the_batch(const std::string& backend, bool overlap) {
-  const std::string out = test::fresh_dir("dp_sync_" + backend + (overlap ? "1" : "0"));
+void expect_two_ranks_match_one_rank_of_twice_the_batch(const std::string& backend, bool overlap, int accumulate = 1) {
+  const std::string out =
+      test::fresh_dir("dp_sync_" + backend + (overlap ? "1" : "0") + "_" + std::to_string(accumulate));
   const auto exits = test::run_ranks(2, {self_exe()}, 120,
                                      rank_env("grad_sync", out, {"PINFEED_TEST_BACKEND=" + backend,
-                                                                  std::string("PINFEED_TEST_OVERLAP=") + (overlap ? "1" : "0")}),
+                                                                  std::string("PINFEED_TEST_OVERLAP=") + (overlap ? "1" : "0"),
+                                                                  "PINFEED_TEST_ACCUMULATE=" + std::to_string(accumulate)}),
                                      out + "/rank");
   for (int r = 0; r < 2; ++r) ASSERT_EQ(exits[r].code, 0) << read_text(out + "/rank" + std::to_string(r) + ".log");
   const at::Tensor rank0 = read_floats(out + "/rank0.bin"), rank1 = read_floats(out + "/rank1.bin");
@@ -204,7 +213,7 @@ void expect_two_ranks_match_one_rank_of_twice_the_batch(const std::string& backe
   Mlp mlp(c10::Device(c10::kCPU));
   engine::Sgd sgd(mlp.named(), {}, {0.9, false, 1e-4});
   for (int step = 0; step < kSteps; ++step) {
-    const auto [x, y] = global_batch(step, c10::Device(c10::kCPU));
+    const auto [x, y] = global_batch(step, c10::Device(c10::kCPU), accumulate);
     sgd.zero_grad();
     mlp.loss(x, y).backward();
     sgd.step(0.1);
@@ -221,6 +230,12 @@ TEST(DataParallel, TwoRanksOfBatchBEndWithTheWeightsOfOneRankOfBatch2B) {
 
 TEST(DataParallel, WithoutOverlapTheAverageIsTheSame) {
   expect_two_ranks_match_one_rank_of_twice_the_batch("gloo", /*overlap=*/false);
+}
+
+// train.accumulate_steps 3 on 2 ranks: the ranks' weights equal, and those of one rank stepping on all 6
+// micro-batches at once; the all-reduce runs once per optimizer step.
+TEST(DataParallel, AccumulatingThreeMicroBatchesOnTwoRanksStepsAsOneRankOfAllSix) {
+  expect_two_ranks_match_one_rank_of_twice_the_batch("gloo", /*overlap=*/true, /*accumulate=*/3);
 }
 
 TEST(DataParallel, NcclOnTwoGpusMatchesOneRankOfBatch2B) {
@@ -469,8 +484,9 @@ std::map<std::string, at::Tensor> all_state(const std::string& checkpoint) {
 }
 
 TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
-  // 200 images: 25 steps of 2 x 4 in its one epoch. A stop asked for at step 3 is voted on at step 10 and acted
-  // on at step 20 (StopVote), mid-epoch.
+  // 200 images: 25 steps of 2 x 4 in its one epoch, accumulated by 2 (train.accumulate_steps: 12 optimizer steps
+  // and the epoch's last on the one batch left). A stop asked for at step 3 is voted on at step 10 and acted on at
+  // step 20 (StopVote: between two optimizer steps), mid-epoch.
   const std::string root = test::make_dataset("dp_resume", 2, 100, 2, 32);
   const std::string dir = test::fresh_dir("dp_resume_runs");
   const std::string config = tiny_config(dir, root);
@@ -478,7 +494,7 @@ TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
   // With the EMA of the weights: its BN statistics stay per rank until the epoch ends as the model's do.
   auto run = [&](const std::string& name, const std::vector<std::string>& more) {
     std::vector<std::string> argv{exe, "train", "-c", config, "run.name=\"" + name + "\"", "train.ema=true",
-                                  "train.ema_decay=0.5", "train.epochs=1"};
+                                  "train.ema_decay=0.5", "train.epochs=1", "train.accumulate_steps=2"};
     argv.insert(argv.end(), more.begin(), more.end());
     return test::run_ranks(2, argv, 300, {}, dir + "/" + name + "_rank");
   };

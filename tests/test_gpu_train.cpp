@@ -5,6 +5,7 @@
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -20,6 +21,7 @@
 #include "app/train/resume.h"
 #include "pipeline/transfer/feeder.h"
 #include "gpu/gpu.h"
+#include "model/resnet.h"
 #include "pipeline/decode/jpeg_decoder.h"
 #include "test_util.h"
 
@@ -78,6 +80,39 @@ TEST(GpuTrain, CudaGraphStepMatchesTheEagerStep) {
     EXPECT_TRUE(graphed.graphed());
     EXPECT_EQ(graphed.graphs(), 1) << precision;
   }
+}
+
+// train.accumulate_steps 3 under the graph (a micro-batch graph and the optimizer step's graph, one memory pool):
+// every micro-batch's loss as the eager accumulation's, fp16 with loss scaling, and the optimizer steps on the
+// third; a seventh micro-batch left at the end is stepped on by finish_accumulation in both.
+TEST(GpuTrain, AccumulationUnderTheGraphStepsAsEagerAccumulation) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const auto [images, labels] = random_batches(5);
+  const std::string accumulate = "accumulate_steps = 3\n";
+  engine::StepRunner eager(resolve_plan(config(false, "fp16", accumulate)).step, 10),
+      graphed(resolve_plan(config(true, "fp16", accumulate)).step, 10);
+  for (int i = 0; i < 7; ++i) {
+    const double a = eager.train_step(images[i % 6], labels[i % 6], 0.05).item<double>();
+    const double b = graphed.train_step(images[i % 6], labels[i % 6], 0.05).item<double>();
+    EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << "micro-batch " << i;
+    EXPECT_EQ(eager.pending_micro_steps(), graphed.pending_micro_steps());
+  }
+  eager.finish_accumulation(0.05);
+  graphed.finish_accumulation(0.05);
+  const double a = eager.train_step(images[0], labels[0], 0.05).item<double>();
+  const double b = graphed.train_step(images[0], labels[0], 0.05).item<double>();
+  EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << "after finish_accumulation";
+  EXPECT_TRUE(graphed.graphed());
+  EXPECT_EQ(graphed.graphs(), 1);
+  // The weights moved by three optimizer steps, alike.
+  double worst = 0;
+  const auto pa = eager.model()->named_parameters(), pb = graphed.model()->named_parameters();
+  for (const auto& item : pa) {
+    const at::Tensor x = item.value().to(at::kDouble), y = pb[item.key()].to(at::kDouble);
+    worst = std::max(worst, (x - y).norm().item<double>() / (x.norm().item<double>() + 1e-12));
+  }
+  std::cout << "largest relative weight difference, eager / graphed accumulation: " << worst << "\n";
+  EXPECT_LT(worst, 2e-2);
 }
 
 // LARS and LAMB, and the EMA of the weights, in the captured step: each step's loss as the eager step's, and the
@@ -209,6 +244,31 @@ TEST(GpuTrain, BlurPoolUnderTheFastPathGivesThePlainPathsOutput) {
     EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << "step " << i;
   }
   EXPECT_TRUE(fast_runner.graphed());
+}
+
+// Every architecture of the family on the fast path (fused BN, the stem's max pool, fold_grad_add and the conv3
+// route where the block has them, the graph) against its plain path (ATen's BN, eager): the first steps' losses
+// agree within the graph test's tolerance and the graph replays. Zero-initialised residual branches off, so that
+// every block's BN and add are in play from the first step.
+TEST(GpuTrain, EveryArchsFastPathTrainsAsItsPlainPath) {
+  if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
+  const auto [images, labels] = random_batches(13);
+  for (const pinfeed::model::ArchSpec& spec : pinfeed::model::arch_specs()) {
+    SCOPED_TRACE(spec.name);
+    const std::string model = std::string("[model]\narch = \"") + spec.name + "\"\nzero_init_residual = false\n";
+    const Plan fast = resolve_plan(config(true, "fp16", model + "fused_bn = \"on\"\n"));
+    const Plan plain = resolve_plan(config(false, "fp16", model + "fused_bn = \"off\"\nmax_pool = \"aten\"\n"));
+    ASSERT_TRUE(fast.step.net.fused_bn && fast.step.cuda_graph);
+    ASSERT_EQ(fast.step.net.arch, spec.arch);
+    engine::StepRunner fast_runner(fast.step, 10), plain_runner(plain.step, 10);  // same seed: same weights
+    for (int i = 0; i < 4; ++i) {  // the first captures the graph, the others replay it
+      const double a = plain_runner.train_step(images[i], labels[i], 0.02).item<double>();
+      const double b = fast_runner.train_step(images[i], labels[i], 0.02).item<double>();
+      EXPECT_NEAR(a, b, 2e-2 * std::abs(a)) << "step " << i;
+    }
+    EXPECT_TRUE(fast_runner.graphed());
+    EXPECT_EQ(fast_runner.graphs(), 1);
+  }
 }
 
 // A resolution schedule under train.cuda_graph: each side gets its own graph the first time it appears, a switch

@@ -114,19 +114,32 @@ TEST(HostMemory, ThisMachinesFiguresAreReadAndAFakeReplacesThem) {
 }
 
 TEST(StepMemory, ActivationsGrowWithBatchPixelsAndElementSize) {
+  const model::ArchSpec& r50 = model::spec_of(model::Arch::kResNet50);
   // Summed from the architecture: 21.27 M elements for a 224 px image.
-  EXPECT_NEAR(resnet50_saved_elements_per_pixel() * 224 * 224, 21.27e6, 0.01e6);
+  EXPECT_NEAR(saved_elements_per_pixel(r50) * 224 * 224, 21.27e6, 0.01e6);
   // BlurPool: layer2 (128 + 256) x 56^2, layer3 (256 + 512) x 28^2, layer4 (512 + 1024) x 14^2 more.
-  EXPECT_NEAR((resnet50_saved_elements_per_pixel(true) - resnet50_saved_elements_per_pixel()) * 224 * 224,
+  EXPECT_NEAR((saved_elements_per_pixel(r50, true) - saved_elements_per_pixel(r50)) * 224 * 224,
               384 * 3136 + 768 * 784 + 1536 * 196, 1);
-  const double one = activation_bytes(1, 224, 4);
+  const double one = activation_bytes(r50, 1, 224, 4);
   EXPECT_GT(one, 85e6) << "at least the saved tensors themselves";
   EXPECT_LT(one, 200e6);
-  EXPECT_DOUBLE_EQ(activation_bytes(32, 224, 4), 32 * one);
-  EXPECT_DOUBLE_EQ(activation_bytes(1, 448, 4), 4 * one);
-  EXPECT_DOUBLE_EQ(activation_bytes(1, 224, 2), one / 2);
-  EXPECT_GT(model_state_bytes(1000), 4 * 25.5e6 * 3);
-  EXPECT_GT(model_state_bytes(20000), model_state_bytes(10));
+  EXPECT_DOUBLE_EQ(activation_bytes(r50, 32, 224, 4), 32 * one);
+  EXPECT_DOUBLE_EQ(activation_bytes(r50, 1, 448, 4), 4 * one);
+  EXPECT_DOUBLE_EQ(activation_bytes(r50, 1, 224, 2), one / 2);
+  EXPECT_GT(model_state_bytes(r50, 1000), 4 * 25.5e6 * 3);
+  EXPECT_GT(model_state_bytes(r50, 20000), model_state_bytes(r50, 10));
+}
+
+TEST(StepMemory, DeeperAndWiderNetworksKeepMoreAndHoldMoreState) {
+  auto kept = [](model::Arch a) { return saved_elements_per_pixel(model::spec_of(a)); };
+  EXPECT_LT(kept(model::Arch::kResNet18), kept(model::Arch::kResNet34));
+  EXPECT_LT(kept(model::Arch::kResNet34), kept(model::Arch::kResNet50));
+  EXPECT_LT(kept(model::Arch::kResNet50), kept(model::Arch::kResNet101));
+  EXPECT_LT(kept(model::Arch::kResNet101), kept(model::Arch::kResNet152));
+  EXPECT_LT(kept(model::Arch::kResNet50), kept(model::Arch::kWideResNet50_2));
+  EXPECT_LT(kept(model::Arch::kResNet50), kept(model::Arch::kResNeXt50_32x4d));
+  const model::ArchSpec& r18 = model::spec_of(model::Arch::kResNet18);
+  EXPECT_LT(model_state_bytes(r18, 1000), model_state_bytes(model::spec_of(model::Arch::kResNet50), 1000));
 }
 
 }  // namespace

@@ -4,6 +4,11 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/core/grad_mode.h>
+
+#include <map>
+#include <string>
+#include <vector>
 
 #include "model/conv_fork.h"
 #include "model/resnet.h"
@@ -12,11 +17,11 @@ namespace pinfeed::model {
 namespace {
 
 TEST(ResNet50, HasTorchvisionParameterCountFor1000Classes) {
-  EXPECT_EQ(count_parameters(*resnet50({1000, false})), 25557032);
+  EXPECT_EQ(count_parameters(*resnet({1000, false})), 25557032);
 }
 
 TEST(ResNet50, ParameterNamesMatchTorchvision) {
-  auto m = resnet50({10, false});
+  auto m = resnet({10, false});
   const auto params = m->named_parameters();
   for (const char* name : {"conv1.weight", "bn1.weight", "bn1.bias", "layer1.0.conv1.weight",
                            "layer1.0.downsample.0.weight", "layer1.0.downsample.1.weight", "layer2.3.bn3.bias",
@@ -28,14 +33,14 @@ TEST(ResNet50, ParameterNamesMatchTorchvision) {
 }
 
 TEST(ResNet50, StrideSitsOnTheThreeByThreeConv) {  // torchvision v1.5
-  auto m = resnet50({10, false});
+  auto m = resnet({10, false});
   auto* block = m->layer2[0]->as<BottleneckImpl>();
   EXPECT_EQ(block->conv1->options.stride()->at(0), 1);
   EXPECT_EQ(block->conv2->options.stride()->at(0), 2);
 }
 
 TEST(ResNet50, OutputShapeIsBatchByClasses) {
-  auto m = resnet50({7, false});
+  auto m = resnet({7, false});
   m->eval();
   const auto y = m->forward(at::randn({2, 3, 64, 64}));
   EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 7}));
@@ -43,7 +48,7 @@ TEST(ResNet50, OutputShapeIsBatchByClasses) {
 
 // What the feeder gives with model.pad_input: RGB and a zero fourth channel.
 TEST(ResNet50, AZeroFourthChannelGivesTheThreeChannelOutputAndGradient) {
-  auto m = resnet50({5, false});
+  auto m = resnet({5, false});
   const at::Tensor rgb = at::randn({2, 3, 32, 32}, at::kDouble);
   const at::Tensor padded = at::cat({rgb, at::zeros({2, 1, 32, 32}, at::kDouble)}, 1);
   m->to(at::kDouble);
@@ -70,7 +75,7 @@ bool same_up_to_order(const at::Tensor& a, const at::Tensor& b) {
 // gradients and BN statistics as autograd's separate add, channels_last (the in-place GEMM) or not (the fallback).
 TEST(ResNet50, FoldedGradientSumGivesTheSameGradients) {
   for (const bool channels_last : {true, false}) {
-    ResNet models[2] = {resnet50({6, false}), resnet50({6, false, false, false, /*fold_grad_add=*/true})};
+    ResNet models[2] = {resnet({6, false}), resnet({6, false, false, false, /*fold_grad_add=*/true})};
     for (auto& m : models) m->to(at::kDouble);
     {
       torch::NoGradGuard no_grad;
@@ -138,9 +143,28 @@ TEST(ConvFork, TheInputPassesThroughAndBothGradientsReachIt) {
 }
 
 TEST(ResNet50, ZeroInitResidualZeroesEachBlocksLastBn) {
-  auto m = resnet50({10, true});
+  auto m = resnet({10, true});
   EXPECT_EQ(m->layer1[0]->as<BottleneckImpl>()->bn3->weight.abs().sum().item<double>(), 0.0);
   EXPECT_GT(m->layer1[0]->as<BottleneckImpl>()->bn2->weight.abs().sum().item<double>(), 0.0);
+}
+
+TEST(ResNet, EveryArchHasItsParameterCountAndFindsItselfInItsWeights) {
+  for (const ArchSpec& spec : arch_specs()) {
+    SCOPED_TRACE(spec.name);
+    ResNetOptions o{10, false};
+    o.arch = spec.arch;
+    ResNet m = resnet(o);
+    EXPECT_EQ(count_parameters(*m), parameter_count(spec, 10));
+    EXPECT_EQ(m->fc->weight.size(1), 512 * spec.expansion());
+    std::map<std::string, at::Tensor> weights;
+    for (const auto& p : m->named_parameters()) weights[p.key()] = p.value();
+    EXPECT_EQ(arch_of_weights(weights), spec.arch);
+    const at::NoGradGuard no_grad;
+    m->eval();
+    EXPECT_EQ(m->forward(at::randn({1, 3, 64, 64})).sizes(), (std::vector<int64_t>{1, 10}));
+  }
+  EXPECT_EQ(count_parameters(*resnet({1000, false, false, false, false, GraphBatchNorm::kNone, false, Arch::kResNet18})),
+            11689512);  // torchvision's resnet18
 }
 
 }  // namespace

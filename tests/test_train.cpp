@@ -205,7 +205,7 @@ TEST(Train, ACheckpointWithAWeightTheModelHasNotIsRefusedNamingIt) {
   ck.model["extra.weight"] = at::zeros({3});
   engine::save_checkpoint(last, ck);
   const std::string resumed = resume_error(tiny_config(root, runs, 2));
-  EXPECT_NE(resumed.find("not the weights of this ResNet-50: it has extra.weight, which the model has not"),
+  EXPECT_NE(resumed.find("not the weights of this resnet50: it has extra.weight, which the model has not"),
             std::string::npos) << resumed;
   Config init = tiny_config(root, test::fresh_dir("train_extra_weight_init"), 1);
   apply_override(init, "train.init_from=\"" + last + "\"");
@@ -414,6 +414,14 @@ TEST(Train, ResumeMidEpochWithAugmentationsEqualsTheUninterruptedRunBitForBit) {
 // evaluates and reports it as the uninterrupted run did), then again mid-epoch 2, resumed each time.
 TEST(Train, ResumeAtAnEpochBoundaryThenMidEpochEqualsTheUninterruptedRunBitForBit) {
   expect_resumed_run_equals_the_uninterrupted_one("train_exact_boundary", {5, 3});
+}
+
+// train.accumulate_steps 2 over 5 batches an epoch (the epoch's last optimizer step takes one), with the EMA: a
+// stop asked for after 3 batches acts after the 4th (between optimizer steps), and the resumed run ends as the
+// uninterrupted one.
+TEST(Train, AStopInsideAnAccumulationWaitsForItsStepAndResumesBitForBit) {
+  expect_resumed_run_equals_the_uninterrupted_one("train_exact_accumulate", {3},
+                                                  {"train.accumulate_steps=2", "train.ema=true"});
 }
 
 // Plain SGD (momentum 0) keeps no momentum buffers: it trains, saves and resumes as the rest does.

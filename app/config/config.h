@@ -40,11 +40,8 @@ struct DatasetOptions {
   pipeline::Decoder decoder = pipeline::Decoder::kAuto;  // resolve_plan answers it in TransformOptions::gpu_decode
 };
 
-enum class Arch { kResNet50 };
-
 // model.*'s choices of kernels, nullopt = "auto": resolve_plan answers them in StepOptions::net.
 struct ModelOptions {
-  Arch arch = Arch::kResNet50;
   int64_t num_classes = 0;  // 0: the number of class folders
   bool allow_extra_classes = false;  // num_classes above the class folders' count, on purpose
   std::optional<bool> fused_bn, stem_max_pool, pad_input, fold_grad_add;

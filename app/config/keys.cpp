@@ -104,6 +104,12 @@ constexpr int64_t kMaxTimeoutS = 7 * 24 * 3600;  // a week; c10d converts to mil
 
 const Names<std::optional<bool>> kAutoOnOff = {{"auto", std::nullopt}, {"on", true}, {"off", false}};
 
+Names<model::Arch> arch_names() {
+  Names<model::Arch> names;
+  for (const model::ArchSpec& a : model::arch_specs()) names.emplace_back(a.name, a.arch);
+  return names;
+}
+
 Names<std::optional<pipeline::Mode>> mode_names() {
   // "" is the old spelling of "auto", still read.
   Names<std::optional<pipeline::Mode>> names = {{"auto", std::nullopt}, {"", std::nullopt}};
@@ -217,7 +223,10 @@ const std::vector<Key>& keys() {
           "with Mixup or CutMix on: the probability a batch is mixed at all (timm's prob)"),
       key("data.mixup_switch_prob", PINFEED_FIELD(augment.switch_prob), in_range(0, 1),
           "with both on: the probability a batch gets CutMix rather than Mixup (timm's switch_prob)"),
-      choice("model.arch", PINFEED_FIELD(model.arch), {{"resnet50", Arch::kResNet50}}, "network"),
+      choice("model.arch", PINFEED_FIELD(step.net.arch), arch_names(),
+             "the network, torchvision's definition and parameter names: resnet18 | resnet34 (BasicBlock) | resnet50 "
+             "| resnet101 | resnet152 | wide_resnet50_2 | wide_resnet101_2 | resnext50_32x4d | resnext101_32x8d "
+             "(Bottleneck)"),
       key("model.num_classes", PINFEED_FIELD(model.num_classes), between(0, kMaxClasses),
           "classifier outputs; 0 = number of class folders (more outputs than folders: see model.allow_extra_classes)"),
       key("model.allow_extra_classes", PINFEED_FIELD(model.allow_extra_classes),
@@ -239,14 +248,16 @@ const std::vector<Key>& keys() {
              "faster on 4 channels than on 3): auto (on for CUDA + channels_last + fp16 + uint8 pixels) | on | off"),
       choice("model.fold_grad_add", PINFEED_FIELD(model.fold_grad_add), kAutoOnOff,
              "in training, the two gradients at each block's input summed by conv1's data-gradient GEMM as it "
-             "writes, not by a separate add: auto (on where model.fused_bn is) | on (needs train.channels_last) | off"),
+             "writes, not by a separate add: auto (on where model.fused_bn is) | on (needs train.channels_last) | off; "
+             "a Bottleneck's route (its 1x1 conv1): resnet18/34 add as usual"),
       choice("model.bn_graph", PINFEED_FIELD(model.bn_graph),
              {{"auto", std::nullopt}, {"small", GraphBatchNorm::kSmall}, {"conv", GraphBatchNorm::kConv},
               {"all", GraphBatchNorm::kAll}, {"off", GraphBatchNorm::kNone}},
              "with model.fused_bn, which BatchNorms run through the cuDNN frontend's graph API (the build needs "
              "its headers): auto (conv in fp16, small otherwise: where each was measured faster) | small (BN + "
              "ReLU and BN + add + ReLU at 14x14 and smaller) | conv (small's, and each block's conv3 writing its "
-             "BN's statistics, then one scale-bias-add-ReLU pass; fp16 only) | all | off"),
+             "BN's statistics, then one scale-bias-add-ReLU pass; fp16 only; a Bottleneck's route: resnet18/34 take "
+             "small's there) | all | off"),
       choice("model.fused_bn", PINFEED_FIELD(model.fused_bn), kAutoOnOff,
              "BN, BN + ReLU and BN + add + ReLU as one cuDNN op each in training: auto (on for CUDA + "
              "channels_last + bf16/fp16) | on (on a CPU: off, with a warning) | off (ATen's separate ops)"),
@@ -254,9 +265,13 @@ const std::vector<Key>& keys() {
       key("train.batch_size", PINFEED_FIELD(train_loader.batch_size), between(1, kMaxBatchSize),
           "samples per step (per rank)"),
       key("train.lr", PINFEED_FIELD(schedule.lr), in_range(0, 1e3), "peak learning rate (after warm-up)"),
+      key("train.accumulate_steps", PINFEED_FIELD(step.accumulate_steps), between(1, 1024),
+          "gradient accumulation: the optimizer steps once every this many batches, on the mean of their gradients "
+          "(several ranks all-reduce once per step); the global batch is batch_size x ranks x this. An epoch "
+          "ending mid-way steps on the batches taken; a stop waits for the step (at most this - 1 batches)"),
       key("train.lr_reference_batch", PINFEED_FIELD(schedule.reference_batch), between(0, kMaxBatchSize),
           "0: lr is the rate as given; B: lr and min_lr are per B samples, scaled linearly to the global batch "
-          "(batch_size x ranks; Goyal et al. 2017)"),
+          "(batch_size x ranks x accumulate_steps; Goyal et al. 2017)"),
       choice("train.optimizer", PINFEED_FIELD(step.optimizer.kind), engine::optimizer_names(),
              "sgd (momentum, weight decay) | lars (MLPerf's ResNet-50 LARS: SGD whose conv and fc weights step by "
              "their trust ratio, never BN's or biases) | lamb (timm.optim.Lamb: Adam's direction, weight decay, "

@@ -16,6 +16,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "app/run/run_record.h"
 #include "engine/step/step_runner.h"
+#include "model/resnet.h"
 #include "app/train/evaluate.h"
 #include "app/train/progress.h"
 #include "app/train/resume.h"
@@ -32,11 +33,13 @@ namespace {
 // pinfeed checkpoint's recorded data.* keys: side and resize ratio; null in a state dict).
 nlohmann::json model_facts(const engine::Weights& w, const std::string& path) {
   const auto fc = w.model.find("fc.weight");
-  if (fc == w.model.end() || fc->second.dim() != 2) {
-    throw ConfigError(path + ": not the weights of a ResNet-50: it has no 2-D fc.weight");
+  const std::optional<model::Arch> arch = model::arch_of_weights(w.model);
+  if (fc == w.model.end() || fc->second.dim() != 2 || !arch) {
+    throw ConfigError(path + ": not the weights of a torchvision ResNet (resnet18 ... resnext101_32x8d): " +
+                      (arch ? "it has no 2-D fc.weight" : "its layers match none of model.arch's networks"));
   }
   nlohmann::json facts = {{"num_classes", fc->second.size(0)}, {"classes", w.classes}, {"validated", nullptr},
-                          {"blurpool", nullptr}};
+                          {"blurpool", nullptr}, {"arch", static_cast<int>(*arch)}};
   if (!w.config.empty()) {
     try {
       const Config recorded = parse_config_string(w.config, path + " (its recorded config)");
@@ -162,6 +165,7 @@ int run_eval(const EvalArgs& a, const engine::StopRequest& stop) {
                   " was trained (" + location_of(plan, "model.blurpool") + " says otherwise)");
       }
     }
+    step.net.arch = static_cast<model::Arch>(facts.at("arch").get<int>());  // the weights' network, whatever model.arch says
     engine::StepRunner runner(step, num_classes, &dist);
     if (weights) copy_weights(runner.model(), weights->model, a.checkpoint);
     runner.broadcast_state();

@@ -95,8 +95,10 @@ int run_predict(const PredictArgs& a) {
   engine::install_signal_handlers();
   engine::Weights w = engine::load_weights(a.checkpoint);
   const auto fc = w.model.find("fc.weight");
-  if (fc == w.model.end() || fc->second.dim() != 2) {
-    throw ConfigError(a.checkpoint + ": not the weights of a ResNet-50: it has no 2-D fc.weight");
+  const std::optional<model::Arch> arch = model::arch_of_weights(w.model);
+  if (fc == w.model.end() || fc->second.dim() != 2 || !arch) {
+    throw ConfigError(a.checkpoint + ": not the weights of a torchvision ResNet (resnet18 ... resnext101_32x8d): " +
+                      (arch ? "it has no 2-D fc.weight" : "its layers match none of model.arch's networks"));
   }
   const int64_t num_classes = fc->second.size(0);
 
@@ -122,7 +124,8 @@ int run_predict(const PredictArgs& a) {
 
   model::ResNetOptions options{num_classes, false, false, false};
   options.blurpool = c.step.net.blurpool;
-  model::ResNet net = model::resnet50(options);
+  options.arch = *arch;
+  model::ResNet net = model::resnet(options);
   copy_weights(net, w.model, a.checkpoint);
   w.model.clear();
   net->to(device);

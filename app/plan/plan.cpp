@@ -105,11 +105,13 @@ void check_step_memory(const Plan& p, const HostMemory& host, double rings_bytes
   const std::vector<int> sides = p.transform.schedule.sides(p.schedule.epochs, p.transform.size);
   const int64_t size = sides.back();
   const bool graphs = p.device.is_cuda() && p.step.cuda_graph && sides.size() > 1;
+  const model::ArchSpec& arch = model::spec_of(p.step.net.arch);
   double activations = 0;
   for (int side : sides) {
-    if (graphs || side == size) activations += activation_bytes(batch, side, element_bytes, p.step.net.blurpool);
+    if (graphs || side == size) activations += activation_bytes(arch, batch, side, element_bytes, p.step.net.blurpool);
   }
-  const double state = model_state_bytes(c.model.num_classes, p.step.optimizer.kind == engine::OptimizerKind::kLamb ? 3 : 1,
+  const double state = model_state_bytes(arch, c.model.num_classes,
+                                         p.step.optimizer.kind == engine::OptimizerKind::kLamb ? 3 : 1,
                                          p.step.ema.enabled);
   std::string sizes_text = std::to_string(size) + " px";
   if (graphs) {
@@ -365,7 +367,8 @@ Plan resolve_plan(const Config& c, const engine::DistEnv& dist, PlanUse use) {
   check_resources(p, use);
 
   if (c.schedule.reference_batch > 0) {
-    p.schedule.batch_scale = static_cast<double>(train.batch_size) * dist.world / c.schedule.reference_batch;
+    p.schedule.batch_scale =
+        static_cast<double>(train.batch_size) * dist.world * p.step.accumulate_steps / c.schedule.reference_batch;
   }
 
   p.backend = c.dist.backend != Backend::kAuto ? c.dist.backend : p.device.is_cuda() ? Backend::kNccl : Backend::kGloo;

@@ -41,7 +41,7 @@ engine::Checkpoint make_checkpoint(engine::StepRunner& runner, const Config& c, 
 bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>& weights, const std::string& path,
                   bool fc_may_differ) {
   at::NoGradGuard no_grad;
-  const std::string what = path + ": not the weights of this ResNet-50";
+  const std::string what = path + ": not the weights of this " + std::string(model::spec_of(model->arch()).name);
   std::map<std::string, at::Tensor> targets;
   for (auto& item : model->named_parameters()) targets[item.key()] = item.value();
   for (auto& item : model->named_buffers()) targets[item.key()] = item.value();

@@ -273,6 +273,11 @@ class Training::Impl {
 
   // The run ends while the input pipeline holds a batch back (stop_policy.h).
   void save_before_stuck_input(RunOutputs* out, int64_t epoch, const std::string& why) noexcept {
+    if (runner_.pending_micro_steps() > 0) {  // a checkpoint holds optimizer steps whole (train.accumulate_steps)
+      log::warn(why + ": inside a gradient accumulation (train.accumulate_steps): nothing saved, the last "
+                "checkpoint written is kept");
+      return;
+    }
     const int64_t pending = epoch_steps_run_ - epoch_steps_done_;  // run on the device, not yet resolved
     global_step_ += pending;
     const StopSave s = stop_policy_.before_stuck_input(epoch, epoch_steps_run_, pending, why, last_pt(out));
@@ -314,6 +319,7 @@ class Training::Impl {
     loop.warmup_steps = std::min<int64_t>(plan_.loop.warmup_steps, (steps_per_epoch_ - first) / 4);
     loop.max_steps_ahead = plan_.loop.max_steps_ahead;
     loop.stop = &stop_;
+    loop.stop_every = runner_.accumulate_steps();
     loop.dist = &dist_;
     loop.device = plan_.device;
     loop.stream = plan_.compute_stream;
@@ -359,6 +365,8 @@ class Training::Impl {
             rate_samples = 0;
           }
         });
+    // An epoch whose batches are no multiple of train.accumulate_steps: its last optimizer step takes those left.
+    if (!r.stopped) runner_.finish_accumulation(p.lr);
     p.step = r.next_step;
     p.stopped = r.stopped;
     p.timing = r.timing;

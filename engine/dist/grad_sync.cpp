@@ -69,6 +69,7 @@ void GradSync::start_step() {
 // On the autograd engine's thread for the device, with the stream that produced the gradient current: the
 // copy and the collective are queued behind it (ProcessGroupNCCL makes its stream wait on the current one).
 void GradSync::on_grad_ready(size_t param) {
+  if (!reduce_) return;  // a micro-batch before the last of an optimizer step
   Bucket& b = buckets_[bucket_of_[param]];
   if (b.pending <= 0) return;  // a second accumulation of the same parameter: finish_step() copies again
   if (--b.pending == 0) launch(b);

@@ -28,6 +28,9 @@ class GradSync {
   GradSync& operator=(const GradSync&) = delete;
 
   void start_step();   // before backward: every bucket waits for its gradients again
+  // Gradient accumulation: false during the backward passes of the micro-batches before an optimizer step's last
+  // (their gradients only add up in .grad), true for the last one, whose hooks then reduce the sums.
+  void set_reduce(bool on) { reduce_ = on; }
   void finish_step();  // after backward: all buckets reduced and their averages written back into .grad
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
 
@@ -47,6 +50,7 @@ class GradSync {
   std::vector<Bucket> buckets_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   bool overlap_;
+  bool reduce_ = true;
   // AccumulateGrad nodes hold our hooks; a parameter keeps its node only weakly, so they are kept here.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };

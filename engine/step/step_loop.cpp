@@ -3,6 +3,8 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
+
 #include "engine/signals.h"
 #include "engine/step/step_trace.h"
 #include "gpu/gpu.h"
@@ -10,15 +12,16 @@
 namespace pinfeed::engine {
 namespace {
 
-// The ranks' agreement to stop. Every kEvery steps each rank posts its stop flag in an all-reduce (max) and
-// reads the one it posted kEvery steps earlier, long finished by then: on CUDA the result comes back by an
-// asynchronous copy and an event, so voting never makes the host wait for the GPU.
+// The ranks' agreement to stop. Every every_ steps (about 10, a multiple of the steps a stop must fall between)
+// each rank posts its stop flag in an all-reduce (max) and reads the one it posted every_ steps earlier, long
+// finished by then: on CUDA the result comes back by an asynchronous copy and an event, so voting never makes
+// the host wait for the GPU. One rank: a stop acts at the next step it may fall before.
 class StopVote {
  public:
-  static constexpr int64_t kEvery = 10;
-
-  StopVote(const StopRequest* stop, Distributed* dist, c10::Device device, std::optional<c10::Stream> stream)
-      : stop_(stop), dist_(dist && dist->active() ? dist : nullptr), stream_(stream) {
+  StopVote(const StopRequest* stop, Distributed* dist, int64_t stop_every, c10::Device device,
+           std::optional<c10::Stream> stream)
+      : stop_(stop), dist_(dist && dist->active() ? dist : nullptr), stream_(stream),
+        every_(dist_ ? (10 + stop_every - 1) / stop_every * stop_every : stop_every) {
     if (!dist_) return;
     flag_ = at::zeros({1}, at::TensorOptions().device(device).dtype(at::kFloat));
     result_ = stream_ ? gpu::pinned_empty({1}, at::kFloat) : at::zeros({1}, at::kFloat);
@@ -28,8 +31,8 @@ class StopVote {
   }
 
   bool stop(int64_t step) {
+    if (step % every_ != 0) return false;
     if (!dist_) return requested();
-    if (step % kEvery != 0) return false;
     bool agreed = false;
     if (posted_) {
       if (ready_) ready_->synchronize();
@@ -56,6 +59,7 @@ class StopVote {
   const StopRequest* stop_;
   Distributed* dist_;
   std::optional<c10::Stream> stream_;
+  int64_t every_;
   at::Tensor flag_, result_;  // (1,) on the device; (1,) on the host (pinned on CUDA)
   std::shared_ptr<gpu::Event> ready_;
   bool posted_ = false;
@@ -68,7 +72,7 @@ StepLoopResult run_steps(pipeline::BatchSource& source, pipeline::StepMeter& met
   StepLoopResult r;
   r.epoch = o.epoch;
   r.next_step = o.first_step;
-  StopVote vote(o.stop, o.dist, o.device, o.stream);
+  StopVote vote(o.stop, o.dist, std::max<int64_t>(1, o.stop_every), o.device, o.stream);
   meter.start_epoch(o.warmup_steps, o.first_step);
   source.start_epoch(o.epoch, o.first_step);
   while (r.next_step < o.end_step) {

@@ -26,6 +26,9 @@ struct StepLoopOptions {
   // a stop is acted on at the same step on every rank (a vote every 10 steps), else a rank would wait in an
   // all-reduce that the others never join.
   const StopRequest* stop = nullptr;
+  // A stop acts only a multiple of this many steps after first_step: between gradient accumulation's optimizer
+  // steps (train.accumulate_steps), never inside one.
+  int64_t stop_every = 1;
   Distributed* dist = nullptr;
   c10::Device device{c10::kCPU};
   std::optional<c10::Stream> stream;  // the compute stream (CUDA)

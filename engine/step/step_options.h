@@ -36,6 +36,9 @@ struct StepOptions {
   OptimizerOptions optimizer;     // train.optimizer and its terms
   bool decay_bn_and_bias = true;  // false: no weight decay on BN parameters and biases
   EmaOptions ema;                 // train.ema: an EMA of the weights, updated after each step, evaluated beside them
+  // train.accumulate_steps: the optimizer steps once every this many micro-batches (train_step calls), on the
+  // mean of their gradients; several ranks all-reduce once per optimizer step.
+  int64_t accumulate_steps = 1;
   // Several ranks: gradients all-reduced per bucket of this many MiB, during backward with overlap.
   double bucket_mb = 25;
   bool overlap = true;

@@ -10,7 +10,9 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <map>
@@ -44,7 +46,7 @@ std::vector<std::pair<std::string, at::Tensor>> named_state(const model::ResNet&
 model::ResNet build_model(const StepOptions& o, int64_t num_classes) {
   model::ResNetOptions net = o.net;
   net.num_classes = num_classes;
-  model::ResNet m = model::resnet50(net);
+  model::ResNet m = model::resnet(net);
   m->to(o.device);
   if (o.channels_last) {
     at::NoGradGuard no_grad;
@@ -66,7 +68,8 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision) {
 StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* dist)
     : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
       autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), eval_flip_(o.eval_flip),
-      batch_size_(o.batch_size), graphed_(o.device.is_cuda() && o.cuda_graph) {
+      batch_size_(o.batch_size), accumulate_(std::max<int64_t>(1, o.accumulate_steps)),
+      graphed_(o.device.is_cuda() && o.cuda_graph) {
   at::manual_seed(o.seed);
   model_ = build_model(o, num_classes);
   if (o.ema.enabled) {
@@ -189,8 +192,26 @@ void StepRunner::scatter_buffers(const at::Tensor& all) {
   }
 }
 
-at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tensor& labels) {
-  optimizer_->zero_grad();
+void StepRunner::allocate_grads() {
+  at::NoGradGuard no_grad;
+  for (auto& p : model_->parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p, p.suggest_memory_format());
+  }
+}
+
+void StepRunner::zero_grads() {
+  at::NoGradGuard no_grad;
+  for (auto& p : model_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
+at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tensor& labels, bool first, bool last) {
+  // One step: .grad reset, backward allocates it. Accumulating: zeroed in place on the first micro-batch (the
+  // graphs' .grad tensors stay where they were captured); later ones add into it.
+  if (accumulate_ == 1) optimizer_->zero_grad();
+  else if (first) zero_grads();
+  if (grad_sync_) grad_sync_->set_reduce(last);
   at::Tensor loss;
   {
     AutocastScope autocast(autocast_, /*cache=*/!graphed_);
@@ -200,7 +221,10 @@ at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tens
     const double smoothing = labels.dim() == 2 ? 0.0 : label_smoothing_;
     loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, smoothing);
   }
-  (scaler_ ? scaler_->scale(loss) : loss).backward();
+  at::Tensor objective = scaler_ ? scaler_->scale(loss) : loss;
+  if (accumulate_ > 1) objective = objective / static_cast<double>(accumulate_);  // the mean over the micro-batches
+  objective.backward();
+  if (!last) return loss.detach();
   if (grad_sync_) grad_sync_->finish_step();  // gradients averaged across ranks before the optimizer reads them
   if (scaler_) {  // after the average: every rank checks the same gradients
     std::vector<at::Tensor> grads;
@@ -238,13 +262,38 @@ std::vector<int64_t> shape_key(const at::Tensor& images, const at::Tensor& label
 at::Tensor StepRunner::train_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
   // A final partial batch runs eagerly: captured once, it would keep a graph's memory for one step an epoch.
   const bool full = batch_size_ == 0 || images.size(0) == batch_size_;
-  if (ema_) ema_->advance();  // this step's decay, on the device before the step (or its replay) reads it
+  const bool first = micro_ == 0, last = micro_ + 1 == accumulate_;
+  micro_ = last ? 0 : micro_ + 1;
+  if (last && ema_) ema_->advance();  // this step's decay, on the device before the step (or its replay) reads it
   if (!graphed_ || !full) {
-    at::Tensor loss = forward_backward(images, labels);
-    optimizer_step({}, lr);
+    at::Tensor loss = forward_backward(images, labels, first, last);
+    if (last) optimizer_step({}, lr);
+    if (last && graphed_ && accumulate_ > 1) zero_grads();  // the micro graph adds into them next
     return loss;
   }
-  return graphed_step(images, labels, lr);
+  return graphed_step(images, labels, lr, last);
+}
+
+void StepRunner::finish_accumulation(double lr) {
+  if (micro_ == 0) return;
+  at::NoGradGuard no_grad;
+  // Each micro-batch's loss was divided by accumulate_: the mean over the micro_ taken instead.
+  const double rescale = static_cast<double>(accumulate_) / static_cast<double>(micro_);
+  for (auto& p : model_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().mul_(rescale);
+  }
+  micro_ = 0;
+  if (grad_sync_) grad_sync_->finish_step();  // no bucket was launched: all are reduced now
+  if (scaler_) {
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model_->parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    scaler_->unscale(grads);
+  }
+  if (ema_) ema_->advance();
+  optimizer_step({}, lr);
+  if (graphed_) zero_grads();  // the micro graph adds into them next
 }
 
 StepRunner::~StepRunner() { join_ahead(); }
@@ -304,18 +353,27 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
   if (ema_) {
     for (const auto& t : ema_->tensors()) buffers.push_back(t);
   }
+  if (accumulate_ > 1) {  // the micro-batches' sum so far (a new side may first come mid-accumulation)
+    allocate_grads();
+    for (const auto& p : model_->parameters()) buffers.push_back(p.grad());
+  }
   for (const auto& b : buffers) saved_buffers.push_back(b.clone());
   std::map<std::string, at::Tensor> saved_state;
   for (const auto& [name, t] : optimizer_->state()) saved_state[name] = t.clone();
   // Each call's time on the CPU: the first pays for every plan the new shape needs (where a switch's time goes).
   std::vector<double> call_s;
   const model::PlanCost plans0 = model::plan_cost();
+  if (accumulate_ > 1) {
+    c.micro = std::make_unique<gpu::Graph>();
+    c.micro->capture(*stream_, 3, [this, &c] { c.micro_loss = forward_backward(c.images, c.labels, false, false); });
+  }
   c.graph->capture(*stream_, 3, [this, &c, &call_s] {
     const auto call0 = std::chrono::steady_clock::now();
-    c.loss = forward_backward(c.images, c.labels);
+    c.loss = forward_backward(c.images, c.labels, accumulate_ == 1, true);
     optimizer_step(lr_, 0.0);
+    if (accumulate_ > 1) zero_grads();  // the next optimizer step's micro-batches add into zeros
     call_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - call0).count());
-  });
+  }, c.micro.get());
   const model::PlanCost plans = model::plan_cost() - plans0;
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
@@ -339,11 +397,15 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
   return c;
 }
 
-at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr) {
+at::Tensor StepRunner::graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr, bool last) {
   auto it = graphs_.find(shape_key(images, labels));
   Captured& c = it != graphs_.end() ? it->second : capture(images, labels);
   c.images.copy_(images);
   c.labels.copy_(labels);
+  if (!last) {
+    c.micro->replay(*stream_);
+    return c.micro_loss;
+  }
   lr_.fill_(lr);
   c.graph->replay(*stream_);
   if (next_side_ > 0) start_ahead(images.size(2));

@@ -48,8 +48,14 @@ class StepRunner {
   void scatter_buffers(const at::Tensor& all);
 
   // labels: (B,) int64 class indices, or (B, classes) float32 soft targets (smoothed already). Returns the loss, on
-  // the device.
+  // the device. With train.accumulate_steps N, each call is one micro-batch: the optimizer steps (at lr) on the
+  // N-th, on the mean of the N micro-batches' gradients.
   at::Tensor train_step(const at::Tensor& images, const at::Tensor& labels, double lr);
+  // Micro-batches taken since the last optimizer step (0 with train.accumulate_steps 1).
+  int64_t pending_micro_steps() const { return micro_; }
+  int64_t accumulate_steps() const { return accumulate_; }
+  // An epoch's end inside an accumulation: the optimizer steps on the mean of the micro-batches taken (eagerly).
+  void finish_accumulation(double lr);
   // Adds to sums (on device): [loss sum, top-1 correct, top-5 correct, samples]; ema: with the EMA's weights;
   // train.eval_flip: of the mean logits of the images and their horizontal flips.
   void eval_step(const at::Tensor& images, const at::Tensor& labels, at::Tensor& sums, bool ema = false);
@@ -82,11 +88,18 @@ class StepRunner {
   c10::Device device() const { return device_; }
 
  private:
-  at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels);
+  // first: the first micro-batch of an optimizer step (the gradients start from zero); last: its last (several
+  // ranks reduce them; fp16 unscales them).
+  at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels, bool first = true,
+                              bool last = true);
+  // Gradient accumulation on CUDA graphs: every parameter's .grad a zeroed tensor allocated outside any graph, which
+  // the micro-batches' backward passes add into in place.
+  void allocate_grads();
+  void zero_grads();
   // The optimizer (skipping the step when the loss scaler found an overflow), then the loss scale's update and
   // the EMA's; the learning rate from lr_tensor when defined (the graph), else lr.
   void optimizer_step(const at::Tensor& lr_tensor, double lr);
-  at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr);
+  at::Tensor graphed_step(const at::Tensor& images, const at::Tensor& labels, double lr, bool last);
   // BN running_mean and running_var in named_buffers() order, then the EMA's (with train.ema).
   std::vector<at::Tensor> running_statistics();
 
@@ -104,12 +117,16 @@ class StepRunner {
   double label_smoothing_;
   bool eval_flip_;
   int64_t batch_size_;
+  int64_t accumulate_ = 1;  // train.accumulate_steps
+  int64_t micro_ = 0;       // micro-batches taken since the last optimizer step
   // train.cuda_graph: the whole step (forward, backward, optimizer) captured once per batch shape and replayed,
   // reading the batch from static device buffers and the learning rate from one device scalar. Each graph keeps
   // its own memory, so that a switch back to a side seen before costs nothing (docs/resolution-schedule.md).
+  // With train.accumulate_steps > 1 a second graph, `micro`, runs the micro-batches before the last (forward and
+  // backward adding into .grad); `graph` then runs the last one, the optimizer step, and zeroes the gradients.
   struct Captured {
-    std::unique_ptr<gpu::Graph> graph;
-    at::Tensor images, labels, loss;  // (B, C, S, S), (B,), () on the device
+    std::unique_ptr<gpu::Graph> graph, micro;
+    at::Tensor images, labels, loss, micro_loss;  // (B, C, S, S), (B,), () on the device
   };
   Captured& capture(const at::Tensor& images, const at::Tensor& labels);
   bool graphed_;

@@ -37,7 +37,8 @@ struct Graph::Impl {
 Graph::Graph() : impl_(std::make_unique<Impl>()) {}
 Graph::~Graph() = default;
 
-void Graph::capture(const c10::Stream& stream, int warmup, const std::function<void()>& body) {
+void Graph::capture(const c10::Stream& stream, int warmup, const std::function<void()>& body,
+                    const Graph* share_pool) {
   const c10::cuda::CUDAStream current(stream);
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, stream.device_index());
   at::cuda::CUDAEvent before, after;
@@ -50,7 +51,9 @@ void Graph::capture(const c10::Stream& stream, int warmup, const std::function<v
     // Thread-local capture: only this thread's unsafe calls (a synchronisation, cudaMalloc) would break it. In
     // the global mode any thread's would, and the Feeder's copier keeps working through the capture: with
     // data.decoder = "nvjpeg" it waits on events, allocates and uploads files while the step is captured.
-    impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    using Pool = decltype(impl_->graph.pool());
+    const Pool pool = share_pool ? share_pool->impl_->graph.pool() : Pool{0, 0};
+    impl_->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     body();
     impl_->graph.capture_end();
   }

@@ -1,0 +1,90 @@
+// Gradient accumulation in the step (train.accumulate_steps, engine/step/step_runner.h), eager on the CPU.
+#include <gtest/gtest.h>
+
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "engine/step/step_runner.h"
+
+namespace pinfeed::engine {
+namespace {
+
+// ResNet-18 in fp32 with SGD's momentum and weight decay; the same seed gives every runner the same weights.
+StepOptions options(int64_t accumulate) {
+  StepOptions o;
+  o.precision = Precision::kFp32;
+  o.net.arch = model::Arch::kResNet18;
+  o.net.zero_init_residual = false;
+  o.seed = 3;
+  o.accumulate_steps = accumulate;
+  return o;
+}
+
+// Low enough that the un-normalised network (BN in eval mode below) trains smoothly rather than chaotically, where
+// rounding alone would part two runs.
+constexpr double kLr = 1e-3;
+
+std::pair<at::Tensor, at::Tensor> batch(int step, int64_t n) {
+  at::manual_seed(100 + step);
+  return {at::randn({n, 3, 32, 32}), at::randint(10, {n}, at::TensorOptions().dtype(at::kLong))};
+}
+
+// The distance of two runners' parameters, relative to the first's: |a - b| / |a| over all of them.
+double relative_gap(StepRunner& a, StepRunner& b) {
+  double diff = 0, norm = 0;
+  const auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
+  for (const auto& item : pa) {
+    const at::Tensor x = item.value().to(at::kDouble), y = pb[item.key()].to(at::kDouble);
+    diff += (x - y).pow(2).sum().item<double>();
+    norm += x.pow(2).sum().item<double>();
+  }
+  return std::sqrt(diff / norm);
+}
+
+// BN from its running statistics (eval mode): a batch's gradient is then exactly the mean of its halves'
+// gradients, which is what accumulation must reproduce (in training mode each micro-batch normalises by its own
+// statistics, as it would on a GPU that only fits the micro-batch).
+TEST(Accumulate, TwoMicroBatchesStepAsOneBatchOfBoth) {
+  StepRunner whole(options(1), 10), parts(options(2), 10), start(options(1), 10);
+  whole.model()->eval();
+  parts.model()->eval();
+  for (int step = 0; step < 3; ++step) {
+    const auto [x, y] = batch(step, 8);
+    whole.train_step(x, y, kLr);
+    parts.train_step(x.narrow(0, 0, 4), y.narrow(0, 0, 4), kLr);
+    EXPECT_EQ(parts.pending_micro_steps(), 1);
+    parts.train_step(x.narrow(0, 4, 4), y.narrow(0, 4, 4), kLr);
+    EXPECT_EQ(parts.pending_micro_steps(), 0);
+  }
+  EXPECT_LT(relative_gap(whole, parts), 1e-5);
+  EXPECT_GT(relative_gap(whole, start), 100 * relative_gap(whole, parts)) << "the weights did not move: the comparison would prove nothing";
+  ASSERT_EQ(whole.optimizer().state().size(), parts.optimizer().state().size());
+  for (const auto& [name, m] : whole.optimizer().state()) {
+    const at::Tensor& n = parts.optimizer().state().at(name);
+    EXPECT_LE((m - n).norm().item<double>(), 1e-5 * (m.norm().item<double>() + 1e-12)) << "momentum of " << name;
+  }
+}
+
+// An epoch whose batches end inside an accumulation: finish_accumulation steps on the mean of those taken, as
+// one batch of them would.
+TEST(Accumulate, AnEpochEndingInsideAnAccumulationStepsOnTheMicroBatchesTaken) {
+  StepRunner whole(options(1), 10), parts(options(3), 10);
+  whole.model()->eval();
+  parts.model()->eval();
+  const auto [x, y] = batch(0, 8);
+  whole.train_step(x, y, kLr);
+  parts.train_step(x.narrow(0, 0, 4), y.narrow(0, 0, 4), kLr);
+  parts.train_step(x.narrow(0, 4, 4), y.narrow(0, 4, 4), kLr);
+  EXPECT_EQ(parts.pending_micro_steps(), 2);
+  parts.finish_accumulation(kLr);
+  EXPECT_EQ(parts.pending_micro_steps(), 0);
+  parts.finish_accumulation(kLr);  // nothing taken: no step
+  EXPECT_LT(relative_gap(whole, parts), 1e-5);
+}
+
+}  // namespace
+}  // namespace pinfeed::engine
