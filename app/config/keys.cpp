@@ -333,8 +333,8 @@ const std::vector<Key>& keys() {
                  "NHWC memory format for the model and its input: auto (on CUDA) | true | false"),
       key("train.cudnn_benchmark", PINFEED_FIELD(train.cudnn_benchmark), "let cuDNN pick the fastest kernels"),
       switch_key("train.cuda_graph", PINFEED_FIELD(train.cuda_graph),
-                 "capture the whole training step as a CUDA graph and replay it: auto (on CUDA with one rank; several "
-                 "ranks step eagerly, said once in the log) | true (CUDA, one rank; on a CPU eager, with a warning) | false"),
+                 "capture the whole training step as a CUDA graph and replay it, with several ranks the gradient "
+                 "all-reduce inside it: auto (on CUDA) | true (on a CPU eager, with a warning) | false"),
       key("train.seed", PINFEED_FIELD(train_loader.seed), at_least<int64_t>(0),
           "seed of init, shuffling and augmentation"),
       key("train.device", PINFEED_FIELD(train.device), check_device, "auto (CUDA if present) | cpu | cuda | cuda:N"),

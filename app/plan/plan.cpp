@@ -269,17 +269,13 @@ bool resolve_pad_input(const Plan& p, bool uint8_pixels) {
   return settle(p, p.model.pad_input, "model.pad_input", missing, "to fall back to float32 RGB");
 }
 
-// The step's "auto" switches: what was measured faster wherever it can run. channels_last on CUDA; a CUDA graph
-// on CUDA with one rank (with several, the graph would capture NCCL's all-reduce too, out of the watchdog's
-// reach). An explicit true that cannot run is device_problem's or resolve_plan's error.
+// The step's "auto" switches: what was measured faster wherever it can run. channels_last and a CUDA graph on
+// CUDA, with any number of ranks (the gradient all-reduce is captured in the graph; a dead peer is still named
+// by the heartbeats, which never wait on a collective). An explicit true that cannot run is device_problem's error.
 void resolve_step_switches(Plan& p) {
   const bool cuda = p.device.is_cuda();
   p.step.channels_last = p.train.channels_last.value_or(cuda);
-  p.step.cuda_graph = p.train.cuda_graph.value_or(cuda && p.dist_env.world == 1);
-  if (!p.train.cuda_graph && cuda && p.dist_env.world > 1 && p.dist_env.rank == 0) {
-    log::info("train.cuda_graph = auto: the step runs eagerly with " + std::to_string(p.dist_env.world) +
-              " ranks (a CUDA graph is captured with one rank only)");
-  }
+  p.step.cuda_graph = p.train.cuda_graph.value_or(cuda);
 }
 
 // pipeline.mode or one of its three flags written: the user chose how batches cross; else the feed's rule does.
@@ -374,12 +370,6 @@ Plan resolve_plan(const Config& c, const engine::DistEnv& dist, PlanUse use) {
   p.backend = c.dist.backend != Backend::kAuto ? c.dist.backend : p.device.is_cuda() ? Backend::kNccl : Backend::kGloo;
   if (dist.world > 1 && p.backend == Backend::kNccl && !p.device.is_cuda()) {
     throw ConfigError(location_of(c, "dist.backend") + ": dist.backend = \"nccl\" needs CUDA (device is cpu)");
-  }
-  if (dist.world > 1 && p.train.cuda_graph == true) {
-    // The captured step would have to capture NCCL's all-reduce too, and captured collectives escape the
-    // watchdog that bounds a dead rank's wait: refused rather than half-supported.
-    throw ConfigError(location_of(c, "train.cuda_graph") + ": train.cuda_graph = true is not supported with " +
-                      std::to_string(dist.world) + " ranks; use the eager step (train.cuda_graph = false)");
   }
   return p;
 }
