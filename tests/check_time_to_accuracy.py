@@ -10,6 +10,8 @@
   image_size of pinfeed's metrics.jsonl for a ramp whose middle sides round half to even and for a list whose last
   side holds, and against FFCV's 16- and 88-epoch ramps as tests/test_side_schedule.cpp pins them; the schedule
   keys resolve to what pinfeed writes into its run folder's config.toml;
+- `scripts/tables.py project`: one run's time put to ImageNet-1k's size (each epoch at its rate, its evaluation
+  scaled, the run's overhead kept), and `tables.py archs`: each arch's ratio from the step tables;
 - reference_train.py --loader dali without DALI importable: exit 3 and one line naming the package (skipped
   where DALI is there).
 
@@ -138,6 +140,42 @@ def check_table(repo, tmp):
         fail("a file without epochs was accepted")
 
 
+def check_project_and_archs(repo, tmp):
+    # 2 epochs of 1,000 training images at 100 and 200 samples/s, 1 s of evaluation each over 100 val images,
+    # 30 s in all: 10 + 5 + 1 + 1 = 17 s of steady time, so 13 s of overhead. At 10,000 + 1,000 images:
+    # 100 + 50 + 10 + 10 + 13 = 183 s.
+    run = tmp / "project.jsonl"
+    with open(run, "w") as f:
+        for i, (rate, wall) in enumerate([(100.0, 20.0), (200.0, 30.0)]):
+            f.write(json.dumps({"epoch": i + 1, "val_top1": 0.5, "samples_per_s": rate, "eval_s": 1.0,
+                                "launch_s": wall}) + "\n")
+    out = tmp / "project.json"
+    r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "project", "--images", "1000", "100",
+                        "--project", "10000", "1000", "--reported", "35.0", "--json", str(out), str(run)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"tables.py project exit {r.returncode}: {r.stdout + r.stderr}")
+    got = json.loads(out.read_text())["projected_s"]
+    if not math.isclose(got, 183.0):
+        fail(f"projected {got} s, expected 183")
+    if "| 3.0 | 35.0 |" not in r.stdout:
+        fail(f"the table lacks the projected and reported minutes: {r.stdout}")
+    tables = []
+    for arch, (peer, ours) in {"resnet18": (100.0, 120.0), "resnet50": (50.0, 52.0)}.items():
+        d = tmp / "archs" / arch
+        d.mkdir(parents=True)
+        rows = [{"label": "torchvision + torch.compile reduce-overhead, fp16", "median": peer, "min": peer,
+                 "max": peer, "precision": "fp16", "batch_size": 256, "image_size": 224},
+                {"label": "pinfeed, fused BatchNorm, fp16", "median": ours, "min": ours, "max": ours,
+                 "precision": "fp16", "batch_size": 256, "image_size": 224}]
+        (d / "table.json").write_text(json.dumps({"rows": rows}))
+        tables.append(str(d / "table.json"))
+    r = subprocess.run([sys.executable, str(repo / "scripts" / "tables.py"), "archs", *tables], capture_output=True,
+                       text=True)
+    if r.returncode != 0 or "| resnet18 |" not in r.stdout or "1.20x" not in r.stdout or "1.04x" not in r.stdout:
+        fail(f"tables.py archs: exit {r.returncode}: {r.stdout + r.stderr}")
+
+
 def check_timed_run(repo, tmp):
     metrics, out = tmp / "m.jsonl", tmp / "timed.jsonl"
     writer = ("import json, sys, time\n"
@@ -243,6 +281,7 @@ def main():
         tmp = pathlib.Path(tmp)
         check_table(repo, tmp)
         check_timed_run(repo, tmp)
+        check_project_and_archs(repo, tmp)
         check_sides(exe, repo, tmp)
         check_missing_dali(repo, tmp)
     print("OK")
