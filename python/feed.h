@@ -72,6 +72,7 @@ class Feed {
   bool gpu_decode() const { return dataset_->transform().gpu_decode; }
   data::PixelFormat pixel_format() const { return dataset_->transform().format; }  // how the pixels cross
   std::string mode() const { return feeder().mode(); }  // the transfer mode that runs (pipeline/transfer/options.h)
+  pipeline::Feeder::QueueDepth queue_depth() const { return feeder().queue_depth(); }
   const c10::Device& device() const { return device_; }
   // Bad files found since the last call, each once: (path, reason).
   std::vector<std::pair<std::string, std::string>> take_bad_images() const;

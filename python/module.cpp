@@ -268,6 +268,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("workers", [](PyFeed& f) { return f.feed().workers(); })
       .def_property_readonly("decoder", [](PyFeed& f) { return f.feed().gpu_decode() ? "nvjpeg" : "cpu"; })
       .def_property_readonly("mode", [](PyFeed& f) { return f.feed().mode(); })
+      .def("queue_depth", [](PyFeed& f) {
+        const auto q = f.feed().queue_depth();
+        return std::make_tuple(q.copied, q.decoded, q.loading);
+      })
       .def("take_bad_images", [](PyFeed& f) { return f.feed().take_bad_images(); })
       .def("release_stall", [](PyFeed& f) { f.feed().release_stall(); });
 }

@@ -260,4 +260,15 @@ std::optional<Batch> Loader::next() {
 
 void Loader::recycle(const Batch& batch, std::shared_ptr<Fence> fence) { arena_->release(batch.slot, std::move(fence)); }
 
+Loader::Queue Loader::queue() const {
+  Shared& s = *shared_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Queue q;
+  for (const auto& pending : s.window) {
+    if (pending->remaining == 0) ++q.decoded;
+    else ++q.loading;
+  }
+  return q;
+}
+
 }  // namespace pinfeed::data

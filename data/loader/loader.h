@@ -107,6 +107,12 @@ class Loader {
   std::optional<Batch> next();
   // Gives a batch's slot back; it is reused once `fence` (if any) says its last reader finished.
   void recycle(const Batch& batch, std::shared_ptr<Fence> fence = nullptr);
+  // The batches opened ahead of the consumer: decoded (every sample loaded, waiting to be taken) and loading.
+  struct Queue {
+    int decoded = 0;
+    int loading = 0;
+  };
+  Queue queue() const;
 
  private:
   struct Pending {

@@ -166,6 +166,18 @@ void Feeder::start_copier_epoch(int64_t epoch, int64_t first_batch) {
   cv_.notify_all();
 }
 
+Feeder::QueueDepth Feeder::queue_depth() {
+  QueueDepth q;
+  if (copy_stream_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    q.copied = batches_copied_locked();
+  }
+  const data::Loader::Queue l = loader_->queue();
+  q.decoded = l.decoded;
+  q.loading = l.loading;
+  return q;
+}
+
 int Feeder::batches_copied_locked() const {
   return static_cast<int>(std::count_if(copied_.begin(), copied_.end(), [](const Copied& c) { return c.batch.has_value(); }));
 }

@@ -84,6 +84,14 @@ class Feeder : public BatchSource {
   const HostRing& ring() const { return *ring_; }
   // The GPU decoder's counts (data.decoder = "nvjpeg"), nullopt when the CPU decodes.
   std::optional<pipeline::JpegDecodeStats> decode_stats() const;
+  // What waits ahead of the consumer now: batches on the device (dual_stream's copier: copied, at most
+  // kDeviceAhead), and in the host ring, decoded or still loading.
+  struct QueueDepth {
+    int copied = 0;
+    int decoded = 0;
+    int loading = 0;
+  };
+  QueueDepth queue_depth();
 
  private:
   struct Copied {  // one item of the copier's queue; no batch and no error: the epoch is over

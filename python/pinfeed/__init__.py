@@ -289,6 +289,13 @@ class ImageFolderLoader:
     def threads(self):
         return self._feed.workers
 
+    def queue_depth(self):
+        """What waits ahead of the consumer now, as a dict: "copied" (batches on the device already, dual_stream's
+        copier, at most 2), "decoded" (in the host ring, every sample loaded) and "loading" (opened, samples still
+        loading). pinfeed.watch samples it after each batch it hands out (the record's queue_* fields)."""
+        copied, decoded, loading = self._feed.queue_depth()
+        return {"copied": copied, "decoded": decoded, "loading": loading}
+
     def close(self):
         """Stops the worker threads now (garbage collection does it otherwise)."""
         self._feed.close()

@@ -75,7 +75,15 @@ RECORD_FIELDS = {
                        "to the next request",
     "gpu_idle": "fraction 0-1 of the GPU window the compute stream spent between steps (None: not measured)",
     "gpu_idle_ms_mean": "the idle between two steps, mean over the timed steps (None: not measured)",
+    "queue_copied_mean": "pinfeed's ImageFolderLoader (queue_depth(), after each timed hand-out): batches on the "
+                         "device already, mean (None for any other loader)",
+    "queue_copied_min": "their least",
+    "queue_decoded_mean": "batches decoded in the host ring, waiting, mean",
+    "queue_decoded_min": "their least (0 with queue_copied_min 0: a batch was asked for before it was ready)",
+    "queue_loading_mean": "batches opened whose samples are still loading, mean",
+    "queue_loading_min": "their least",
 }
+QUEUE_KEYS = ("copied", "decoded", "loading")
 
 def to_stderr(line):
     """The default log=: the line on stderr, flushed."""
@@ -195,6 +203,10 @@ class _Pass:
         self._sizes_known = True
         self._clock = None        # a _StreamClock once a batch is seen on CUDA
         self._cuda = None         # None until the first batch tells
+        # The loader's queue_depth() (pinfeed's ImageFolderLoader), sampled after each timed hand-out: key -> values
+        depth = getattr(watch.wrapped, "queue_depth", None)
+        self._depth_of = depth if callable(depth) else None
+        self._depths = {}
 
     def __iter__(self):
         return self
@@ -226,6 +238,11 @@ class _Pass:
             self._clock.step_start(self._handed)
         if self._handed >= self._watch._warmup:
             self._waits.append((t1 - t0) * 1e3)
+            if self._depth_of is not None:
+                depth = self._depth_of()
+                for key in QUEUE_KEYS:
+                    if key in depth:
+                        self._depths.setdefault(key, []).append(depth[key])
             size = self._size(batch)
             if size is None:
                 self._sizes_known = False
@@ -298,6 +315,10 @@ class _Pass:
             "gpu_idle": idle,
             "gpu_idle_ms_mean": gpu,
         }
+        for key in QUEUE_KEYS:
+            values = self._depths.get(key, [])
+            record[f"queue_{key}_mean"] = _mean(values)
+            record[f"queue_{key}_min"] = min(values) if values else None
         w._report(record)
         return record
 

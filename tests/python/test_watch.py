@@ -315,6 +315,26 @@ def test_compare_prints_the_table_with_every_feed_run_or_skipped_on_the_cpu(imag
     assert measured["dataloader"]["summary"]["cpu_ms_per_sample"] > 0
 
 
+def test_pinfeeds_loader_reports_its_queues_and_any_other_loader_none(image_folder):
+    pinfeed = _built()
+    if pinfeed is None:
+        pytest.skip("pinfeed's compiled module is not importable")
+    loader = pinfeed.ImageFolderLoader(image_folder, 2, 32, threads=1, device="cpu")
+    depth = loader.queue_depth()
+    assert set(depth) == {"copied", "decoded", "loading"} and all(v >= 0 for v in depth.values())
+    w = watch_module.watch(loader, warmup_steps=1, log=None)
+    for _ in w:
+        time.sleep(0.05)  # a slow step: the loader gets ahead
+    r = w.records[0]
+    assert r["queue_copied_mean"] == 0 and r["queue_copied_min"] == 0  # no copier on the CPU
+    assert r["queue_decoded_mean"] > 0 and r["queue_decoded_min"] >= 0
+    assert r["queue_loading_mean"] is not None
+    other = watch_module.watch(Batches(3), warmup_steps=0, log=None)
+    for _ in other:
+        pass
+    assert all(other.records[0][f"queue_{k}_{s}"] is None for k in watch_module.QUEUE_KEYS for s in ("mean", "min"))
+
+
 def test_compare_refuses_an_unknown_feed_and_a_missing_folder(tmp_path):
     with pytest.raises(SystemExit) as e:
         compare.main(["--root", str(tmp_path), "--feeds", "dataloader,nope", "--device", "cpu"])
