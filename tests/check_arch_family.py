@@ -1,7 +1,9 @@
 """Every model.arch is torchvision's network, both ways: a torchvision state dict of each arch (random weights and
 BN statistics) predicts in pinfeed what the torchvision model computes in eval mode (the same top classes, each
-probability within 1e-4, on a PNG that the validation transform leaves as it is); `train.init_from` starts a run
-of that arch from it; and the checkpoint that run writes loads strictly into the same torchvision model.
+probability within 1e-4, on a PNG that the validation transform leaves as it is); and, for one arch of each block
+kind (ROUND_TRIP: BasicBlock, Bottleneck, grouped, wide; the deeper ones differ only in block counts, which
+test_model's EveryArch test holds to torchvision's names and shapes), `train.init_from` starts a run of that arch
+from it and the checkpoint that run writes loads strictly into the same torchvision model.
 
 Usage: check_arch_family.py PINFEED_EXE. Exits 77 (ctest: skipped) without torch and torchvision.
 """
@@ -15,6 +17,7 @@ from check_common import fail, gen_data, skip_without
 
 ARCHS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
          "resnext50_32x4d", "resnext101_32x8d"]
+ROUND_TRIP = {"resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2"}  # the runs of the 101/152 ones: ~1 min
 SIDE = 32
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -66,7 +69,10 @@ def main():
                          f"{want[t['index']].item():.6f}")
             if [t["index"] for t in top] != want.argsort(descending=True).tolist():
                 fail(f"{arch}: pinfeed ranks {[t['index'] for t in top]}, torchvision {want.argsort(descending=True)}")
-            out = run(exe, "train", "-c", config, f"model.arch={arch}", f'train.init_from="{sd}"', f"run.name={arch}")
+            if arch not in ROUND_TRIP:
+                print(f"{arch}: predict equals torchvision's eval to 1e-4")
+                continue
+            run(exe, "train", "-c", config, f"model.arch={arch}", f'train.init_from="{sd}"', f"run.name={arch}")
             [last] = (tmp / "runs").glob(f"*-{arch}/last.pt")
             ck = torch.load(last, weights_only=True)
             getattr(torchvision.models, arch)(num_classes=3).load_state_dict(ck["model"], strict=True)
