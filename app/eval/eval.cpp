@@ -32,14 +32,9 @@ namespace {
 // names (a pinfeed checkpoint's; none in a state dict) and the validation geometry it was validated with (a
 // pinfeed checkpoint's recorded data.* keys: side and resize ratio; null in a state dict).
 nlohmann::json model_facts(const engine::Weights& w, const std::string& path) {
-  const auto fc = w.model.find("fc.weight");
-  const std::optional<model::Arch> arch = model::arch_of_weights(w.model);
-  if (fc == w.model.end() || fc->second.dim() != 2 || !arch) {
-    throw ConfigError(path + ": not the weights of a torchvision ResNet (resnet18 ... resnext101_32x8d): " +
-                      (arch ? "it has no 2-D fc.weight" : "its layers match none of model.arch's networks"));
-  }
-  nlohmann::json facts = {{"num_classes", fc->second.size(0)}, {"classes", w.classes}, {"validated", nullptr},
-                          {"blurpool", nullptr}, {"arch", static_cast<int>(*arch)}};
+  const WeightsNetwork net = network_of(w.model, path);
+  nlohmann::json facts = {{"num_classes", net.num_classes}, {"classes", w.classes}, {"validated", nullptr},
+                          {"blurpool", nullptr}, {"arch", static_cast<int>(net.arch)}};
   if (!w.config.empty()) {
     try {
       const Config recorded = parse_config_string(w.config, path + " (its recorded config)");

@@ -94,13 +94,8 @@ void add_predict_options(CLI::App& cmd, PredictArgs& a) {
 int run_predict(const PredictArgs& a) {
   engine::install_signal_handlers();
   engine::Weights w = engine::load_weights(a.checkpoint);
-  const auto fc = w.model.find("fc.weight");
-  const std::optional<model::Arch> arch = model::arch_of_weights(w.model);
-  if (fc == w.model.end() || fc->second.dim() != 2 || !arch) {
-    throw ConfigError(a.checkpoint + ": not the weights of a torchvision ResNet (resnet18 ... resnext101_32x8d): " +
-                      (arch ? "it has no 2-D fc.weight" : "its layers match none of model.arch's networks"));
-  }
-  const int64_t num_classes = fc->second.size(0);
+  const WeightsNetwork weights_net = network_of(w.model, a.checkpoint);
+  const int64_t num_classes = weights_net.num_classes;
 
   std::optional<Config> recorded;  // a pinfeed checkpoint's config; none in a state dict
   if (!w.config.empty()) {
@@ -124,7 +119,7 @@ int run_predict(const PredictArgs& a) {
 
   model::ResNetOptions options{num_classes, false, false, false};
   options.blurpool = c.step.net.blurpool;
-  options.arch = *arch;
+  options.arch = weights_net.arch;
   model::ResNet net = model::resnet(options);
   copy_weights(net, w.model, a.checkpoint);
   w.model.clear();

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -36,6 +37,16 @@ engine::Checkpoint make_checkpoint(engine::StepRunner& runner, const Config& c, 
   ck.torch_rng = generator.get_state();
   ck.config = to_toml(c);
   return ck;
+}
+
+WeightsNetwork network_of(const std::map<std::string, at::Tensor>& weights, const std::string& path) {
+  const auto fc = weights.find("fc.weight");
+  const std::optional<model::Arch> arch = model::arch_of_weights(weights);
+  if (fc == weights.end() || fc->second.dim() != 2 || !arch) {
+    throw ConfigError(path + ": not the weights of a torchvision ResNet (resnet18 ... resnext101_32x8d): " +
+                      (arch ? "it has no 2-D fc.weight" : "its layers match none of model.arch's networks"));
+  }
+  return {*arch, fc->second.size(0)};
 }
 
 bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>& weights, const std::string& path,

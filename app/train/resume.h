@@ -35,6 +35,13 @@ void restore_checkpoint(engine::StepRunner& runner, const engine::Checkpoint& ch
 // true then). Throws ConfigError naming `path` and the first name at fault.
 bool copy_weights(model::ResNet& model, const std::map<std::string, at::Tensor>& weights, const std::string& path,
                   bool fc_may_differ = false);
+// The network a state dict holds (torchvision's names: model::arch_of_weights) and its fc's outputs, for eval and
+// predict to build. Throws ConfigError naming `path` when it is none of model.arch's networks.
+struct WeightsNetwork {
+  model::Arch arch;
+  int64_t num_classes;
+};
+WeightsNetwork network_of(const std::map<std::string, at::Tensor>& weights, const std::string& path);
 // train.init_from: the weights of a checkpoint or a state dict into a new run (not its momentum, position or
 // RNG); another number of classes leaves fc freshly initialised and says so in one line.
 void init_weights_from(engine::StepRunner& runner, const std::string& path);

@@ -224,7 +224,11 @@ at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tens
   at::Tensor objective = scaler_ ? scaler_->scale(loss) : loss;
   if (accumulate_ > 1) objective = objective / static_cast<double>(accumulate_);  // the mean over the micro-batches
   objective.backward();
-  if (!last) return loss.detach();
+  if (last) reduce_and_unscale();
+  return loss.detach();
+}
+
+void StepRunner::reduce_and_unscale() {
   if (grad_sync_) grad_sync_->finish_step();  // gradients averaged across ranks before the optimizer reads them
   if (scaler_) {  // after the average: every rank checks the same gradients
     std::vector<at::Tensor> grads;
@@ -233,7 +237,6 @@ at::Tensor StepRunner::forward_backward(const at::Tensor& images, const at::Tens
     }
     scaler_->unscale(grads);
   }
-  return loss.detach();
 }
 
 void StepRunner::optimizer_step(const at::Tensor& lr_tensor, double lr) {
@@ -283,14 +286,7 @@ void StepRunner::finish_accumulation(double lr) {
     if (p.grad().defined()) p.mutable_grad().mul_(rescale);
   }
   micro_ = 0;
-  if (grad_sync_) grad_sync_->finish_step();  // no bucket was launched: all are reduced now
-  if (scaler_) {
-    std::vector<at::Tensor> grads;
-    for (const auto& p : model_->parameters()) {
-      if (p.grad().defined()) grads.push_back(p.grad());
-    }
-    scaler_->unscale(grads);
-  }
+  reduce_and_unscale();  // no bucket was launched yet: all are reduced now
   if (ema_) ema_->advance();
   optimizer_step({}, lr);
   if (graphed_) zero_grads();  // the micro graph adds into them next

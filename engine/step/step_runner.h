@@ -92,6 +92,8 @@ class StepRunner {
   // ranks reduce them; fp16 unscales them).
   at::Tensor forward_backward(const at::Tensor& images, const at::Tensor& labels, bool first = true,
                               bool last = true);
+  // After an optimizer step's last backward: gradients averaged across ranks, then unscaled (fp16).
+  void reduce_and_unscale();
   // Gradient accumulation on CUDA graphs: every parameter's .grad a zeroed tensor allocated outside any graph, which
   // the micro-batches' backward passes add into in place.
   void allocate_grads();
