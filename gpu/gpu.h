@@ -62,10 +62,12 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // Runs body `warmup` times eagerly, then captures one more call of it. Both on a side stream that first
-  // waits for, and is afterwards waited on by, `stream`. share_pool: a graph captured before whose memory pool
-  // this one shares (graphs replayed one after the other on one stream, never at once).
-  void capture(const c10::Stream& stream, int warmup, const std::function<void()>& body,
+  // Runs body `warmup` times eagerly, then captures one more call of it. Both on `side` (not the default
+  // stream: capture refuses it), which first waits for, and is afterwards waited on by, `stream`. Autograd nodes
+  // that outlive a step (GradSync's gradient accumulators) must be made on `side`: the backward runs them on the
+  // stream they were made on, and the default one cannot join a capture. share_pool: a graph captured before
+  // whose memory pool this one shares (graphs replayed one after the other on one stream, never at once).
+  void capture(const c10::Stream& stream, const c10::Stream& side, int warmup, const std::function<void()>& body,
                const Graph* share_pool = nullptr);
   void replay(const c10::Stream& stream);
 

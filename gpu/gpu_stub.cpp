@@ -21,7 +21,9 @@ void Event::synchronize() const {}
 double Event::elapsed_ms(const Event&) const { no_cuda(); }
 Graph::Graph() = default;
 Graph::~Graph() = default;
-void Graph::capture(const c10::Stream&, int, const std::function<void()>&, const Graph*) { no_cuda(); }
+void Graph::capture(const c10::Stream&, const c10::Stream&, int, const std::function<void()>&, const Graph*) {
+  no_cuda();
+}
 void Graph::replay(const c10::Stream&) { no_cuda(); }
 void set_device(int) { no_cuda(); }
 c10::Stream current_stream(c10::Device) { no_cuda(); }

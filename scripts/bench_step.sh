@@ -27,7 +27,8 @@
 #   scripts/bench_step.sh --ab BIN_A BIN_B OUT_DIR [key=value ...]
 #     Two pinfeed builds' fp16 step side by side, interleaved A B A B (a change that must not cost speed: "before"
 #     against "after"); prints each side's median over every repeat. PRECISION (fp16), BATCH, SIZE, ROUNDS (2),
-#     REPEATS, WARMUP, STEPS as above.
+#     REPEATS, WARMUP, STEPS as above; A_KEYS, B_KEYS: key=value overrides of one side only (one build twice,
+#     B_KEYS=dist.one_rank_group=true: the step through a 1-rank group against the same step without one).
 #
 #   scripts/bench_step.sh --defaults OUT_DIR [key=value ...]
 #     A new user's config (data.root alone) against configs/resnet50_imagenet.toml, trained on the same JPEG files:
@@ -157,16 +158,17 @@ ab() {  # BIN_A BIN_B OUT_DIR [overrides...]
   local a=${1:?$usage} b=${2:?$usage} out=${3:?$usage}
   shift 3
   mkdir -p "$out"
-  local precision=${PRECISION:-fp16} rounds=${ROUNDS:-2} r side run_bin
+  local precision=${PRECISION:-fp16} rounds=${ROUNDS:-2} r side run_bin side_keys
   bin=$b step_data
   cd "$repo"
   for r in $(seq 1 "$rounds"); do
     for side in a b; do
-      run_bin=$a; [ $side = b ] && run_bin=$b
+      run_bin=$a side_keys=${A_KEYS:-}
+      [ $side = b ] && run_bin=$b side_keys=${B_KEYS:-}
       "$run_bin" bench --config configs/bench_resnet50.toml --modes gpu_resident --repeats "$repeats" \
         --warmup "$warmup" --steps "$steps" --out "$out/$side-$r" "data.root=\"$data\"" "train.batch_size=$batch" \
         "data.image_size=$size" train.channels_last=true pipeline.transfer_dtype=uint8 train.cuda_graph=true \
-        "train.precision=$precision" model.fused_bn=on model.max_pool=pinfeed "$@" > "$out/$side-$r.log" 2>&1
+        "train.precision=$precision" model.fused_bn=on model.max_pool=pinfeed "$@" $side_keys > "$out/$side-$r.log" 2>&1
     done
   done
   python3 - "$out" "$rounds" <<'PY'

@@ -1,4 +1,5 @@
-// Gradient accumulation in the step (train.accumulate_steps, engine/step/step_runner.h), eager on the CPU.
+// The step's gradient paths on the CPU, eager (engine/step/step_runner.h): accumulation (train.accumulate_steps),
+// and the gradients all-reduced through a group of one rank (dist.one_rank_group).
 #include <gtest/gtest.h>
 
 #include <ATen/ops/randint.h>
@@ -7,7 +8,9 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "engine/dist/distributed.h"
 #include "engine/step/step_runner.h"
 
 namespace pinfeed::engine {
@@ -84,6 +87,27 @@ TEST(Accumulate, AnEpochEndingInsideAnAccumulationStepsOnTheMicroBatchesTaken) {
   EXPECT_EQ(parts.pending_micro_steps(), 0);
   parts.finish_accumulation(kLr);  // nothing taken: no step
   EXPECT_LT(relative_gap(whole, parts), 1e-5);
+}
+
+// dist.one_rank_group: a 1-rank Gloo group's all-reduce (the multi-rank step's hooks and buckets) averages over
+// one rank, so the step through it is the step without it, accumulating or not; the group's other collectives are
+// this rank's own values.
+TEST(Accumulate, AStepThroughAOneRankGroupIsTheStepWithoutOne) {
+  Distributed group(DistEnv{}, c10::Device(c10::kCPU), "gloo", std::chrono::seconds(20), /*one_rank_group=*/true);
+  ASSERT_TRUE(group.grouped());
+  EXPECT_FALSE(group.active());
+  EXPECT_TRUE(group.any(true));
+  EXPECT_EQ(group.all_gather({1.5}), std::vector<double>{1.5});
+  for (int64_t accumulate : {1, 2}) {
+    StepRunner alone(options(accumulate), 10), grouped(options(accumulate), 10, &group), start(options(1), 10);
+    for (int step = 0; step < 4; ++step) {
+      const auto [x, y] = batch(step, 4);
+      alone.train_step(x, y, kLr);
+      grouped.train_step(x, y, kLr);
+    }
+    EXPECT_LT(relative_gap(alone, grouped), 1e-6) << "accumulate " << accumulate;
+    EXPECT_GT(relative_gap(alone, start), 1e-4) << "the weights did not move: the comparison would prove nothing";
+  }
 }
 
 }  // namespace

@@ -281,7 +281,8 @@ int run_bench(const BenchArgs& a, const engine::StopRequest& stop) {
                       "data.auto_augment, data.random_erasing, data.mixup_alpha or data.cutmix_alpha");
   }
   const std::vector<Row> rows = plan_rows(plan, a.modes, a.augment_ab);
-  engine::Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
+  engine::Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout(),
+                          plan.dist.one_rank_group);
   return dist.guard([&] { return bench_rows(plan, rows, dist, stop, a, trace_steps); });
 }
 
@@ -337,6 +338,7 @@ int bench_rows(const Plan& plan, const std::vector<Row>& rows, engine::Distribut
   doc["meta"] = bench_meta(plan, sets, workers, a);
   doc["meta"]["world_size"] = dist.world();
   doc["meta"]["bucket_mb"] = plan.step.bucket_mb;
+  doc["meta"]["one_rank_group"] = plan.dist.one_rank_group;
   doc["meta"]["overlap"] = plan.step.overlap;
   doc["rows"] = json::array();
   for (const Row& row : rows) doc["rows"].push_back(summarise_row(row.name, results[row.name]));

@@ -77,6 +77,7 @@ enum class Backend { kAuto, kNccl, kGloo };
 struct DistOptions {
   Backend backend = Backend::kAuto;
   int64_t timeout_s = 300;  // bound on joining the group and on every collective
+  bool one_rank_group = false;  // one rank: a group all the same, the gradient all-reduce run through it
   std::chrono::seconds timeout() const { return std::chrono::seconds(timeout_s); }
 };
 

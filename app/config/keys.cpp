@@ -372,6 +372,9 @@ const std::vector<Key>& keys() {
           "several ranks: all-reduce each bucket during backward; false: after backward"),
       key("dist.timeout_s", PINFEED_FIELD(dist.timeout_s), between(1, kMaxTimeoutS),
           "several ranks: bound on joining the group and on every collective, s"),
+      key("dist.one_rank_group", PINFEED_FIELD(dist.one_rank_group),
+          "one rank: form a group of it anyway (the backend's 1-rank communicator) and all-reduce the gradients "
+          "through it, as with several ranks: the multi-rank step tried and timed on one device"),
       key("run.name", PINFEED_FIELD(run.name), check_run_name,
           "run directory is <dir>/<timestamp>-<name>; a plain folder name (no '/', no '..')"),
       key("run.dir", PINFEED_FIELD(run.dir), check_path, "where run directories go"),

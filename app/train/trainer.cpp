@@ -20,7 +20,8 @@
 namespace pinfeed::app {
 
 TrainResult train(const Plan& plan, const TrainArgs& args, engine::StopRequest& stop) {
-  engine::Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout());
+  engine::Distributed dist(plan.dist_env, plan.device, name_of(plan.backend), plan.dist.timeout(),
+                          plan.dist.one_rank_group);
   return dist.guard([&] {
     dist.agree("config", to_toml(plan), "config");
     configure_backend(plan);

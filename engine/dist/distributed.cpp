@@ -7,6 +7,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -67,9 +68,16 @@ void quiet_c10d_logs() {
 }  // namespace
 
 Distributed::Distributed(const DistEnv& env, c10::Device device, const std::string& backend,
-                         std::chrono::seconds timeout)
+                         std::chrono::seconds timeout, bool one_rank_group)
     : env_(env), device_(device), timeout_(timeout) {
-  if (env_.world == 1) return;
+  if (env_.world == 1) {
+    if (!one_rank_group) return;
+    // No other rank to meet or watch: an in-process store, and the group's collectives over this rank alone.
+    store_ = c10::make_intrusive<c10d::HashStore>();
+    backend_ = make_backend(backend);
+    log::info("one rank in a group of its own (dist.one_rank_group): gradients all-reduced through " + backend);
+    return;
+  }
   log::set_rank(env_.rank, env_.world);
   quiet_c10d_logs();
   const Clock::time_point deadline = Clock::now() + timeout_;
@@ -81,18 +89,7 @@ Distributed::Distributed(const DistEnv& env, c10::Device device, const std::stri
     // fails its calls at once; one whose process is stopped leaves them blocked, which the alarm thread sees.
     watchdog_.start(connect(timeout_, kStaleAfter));
     join(deadline);
-    if (backend == "nccl") {
-      backend_ = gpu::make_nccl_backend(store_, env_.rank, env_.world, device.index(), timeout_);
-    } else {
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout_);
-      // The local end of Gloo's connections; on several hosts set GLOO_SOCKET_IFNAME (as for Python's Gloo).
-      const char* env_ifname = std::getenv("GLOO_SOCKET_IFNAME");
-      const std::string ifname = env_ifname ? env_ifname : "";
-      options->devices.push_back(ifname.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                                : c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      options->threads = 2;
-      backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env_.rank, env_.world, options);
-    }
+    backend_ = make_backend(backend);
   } catch (const std::exception& e) {
     if (watchdog_.claim_stop()) park();  // the watcher is saying why and ending the process
     if (!dynamic_cast<const PeerFailed*>(&e)) report_failure(error_text(e));
@@ -101,6 +98,18 @@ Distributed::Distributed(const DistEnv& env, c10::Device device, const std::stri
     watchdog_.stop();
     throw;
   }
+}
+
+c10::intrusive_ptr<c10d::Backend> Distributed::make_backend(const std::string& backend) const {
+  if (backend == "nccl") return gpu::make_nccl_backend(store_, env_.rank, env_.world, device_.index(), timeout_);
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout_);
+  // The local end of Gloo's connections; on several hosts set GLOO_SOCKET_IFNAME (as for Python's Gloo).
+  const char* env_ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  const std::string ifname = env_ifname ? env_ifname : "";
+  options->devices.push_back(ifname.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                            : c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  options->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env_.rank, env_.world, options);
 }
 
 c10::intrusive_ptr<c10d::Store> Distributed::connect(std::chrono::milliseconds connect_timeout,
@@ -203,7 +212,15 @@ void Distributed::join(Clock::time_point deadline) {
 }
 
 Distributed::~Distributed() {
-  if (!active()) return;
+  if (!active()) {
+    if (backend_) {
+      try {
+        backend_->shutdown();
+      } catch (const std::exception&) {
+      }
+    }
+    return;
+  }
   const bool failing = std::uncaught_exceptions() > 0;
   if (backend_) {
     try {

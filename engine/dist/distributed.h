@@ -29,19 +29,23 @@ class PeerFailed : public std::runtime_error {
 // collective.
 class Distributed {
  public:
-  // Joins the group; world 1: no group at all. backend: "nccl" or "gloo".
+  // Joins the group; world 1: no group at all, unless one_rank_group (dist.one_rank_group): then a group of this
+  // rank alone over an in-process store, whose backend() the gradient all-reduce runs through (the multi-rank
+  // step on one device) while every other collective here stays a no-op. backend: "nccl" or "gloo".
   // timeout (dist.timeout_s) bounds joining: each rank announces itself in the store and waits for the others,
   // saying every 10 s which ranks it still waits for; past timeout it throws PeerFailed naming the ranks that
   // never joined (for rank 0 missing: nothing answered at MASTER_ADDR:MASTER_PORT). timeout also bounds every
   // collective inside the backend; a rank that dies is named sooner, by the heartbeats (kStaleAfter).
-  Distributed(const DistEnv& env, c10::Device device, const std::string& backend, std::chrono::seconds timeout);
+  Distributed(const DistEnv& env, c10::Device device, const std::string& backend, std::chrono::seconds timeout,
+              bool one_rank_group = false);
   ~Distributed();
   Distributed(const Distributed&) = delete;
   Distributed& operator=(const Distributed&) = delete;
 
   int rank() const { return env_.rank; }
   int world() const { return env_.world; }
-  bool active() const { return env_.world > 1; }
+  bool active() const { return env_.world > 1; }  // several ranks
+  bool grouped() const { return static_cast<bool>(backend_); }  // a backend to all-reduce gradients through
   bool is_main() const { return env_.rank == 0; }
   const DistEnv& env() const { return env_; }
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
@@ -80,6 +84,7 @@ class Distributed {
   // connect_timeout bounds reaching the store; timeout then bounds each call on it.
   c10::intrusive_ptr<c10d::Store> connect(std::chrono::milliseconds connect_timeout,
                                           std::chrono::milliseconds timeout) const;
+  c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& backend) const;  // over store_
   void connect_main_store(Clock::time_point deadline);
   void join(Clock::time_point deadline);
   std::string failure_of_peer(const std::exception& error);  // "" unless another rank failed first

@@ -1,6 +1,7 @@
 #include "engine/step/step_runner.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cross_entropy_loss.h>
@@ -11,6 +12,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
+#include <c10/core/StreamGuard.h>
 
 #include <algorithm>
 #include <chrono>
@@ -66,7 +68,7 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision) {
 }
 
 StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* dist)
-    : dist_(dist && dist->active() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
+    : dist_(dist && dist->grouped() ? dist : nullptr), device_(o.device), stream_(o.compute_stream),
       autocast_(autocast_dtype(o.precision)), label_smoothing_(o.label_smoothing), eval_flip_(o.eval_flip),
       batch_size_(o.batch_size), accumulate_(std::max<int64_t>(1, o.accumulate_steps)),
       graphed_(o.device.is_cuda() && o.cuda_graph) {
@@ -86,8 +88,16 @@ StepRunner::StepRunner(const StepOptions& o, int64_t num_classes, Distributed* d
   optimizer_ = make_optimizer(named, o.decay_bn_and_bias ? std::vector<std::string>{} : bn_and_bias_names(named),
                               o.optimizer);
   if (o.precision == Precision::kFp16) scaler_ = std::make_unique<LossScaler>(device_, o.loss_scaler);
+  if (graphed_) capture_stream_ = gpu::new_stream(device_);
   if (dist_) {
     broadcast_state();
+    // Its gradient accumulators live across steps and run on the stream they are made on: the captures' (gpu.h).
+    std::optional<c10::StreamGuard> on_capture_stream;
+    if (capture_stream_) {
+      on_capture_stream.emplace(*capture_stream_);
+      // An eager step (an epoch's short last batch) then feeds them from the compute stream: a wait, meant.
+      at::globalContext().setWarnOnAccumulateGradStreamMismatch(false);
+    }
     grad_sync_ = std::make_unique<GradSync>(model_->parameters(), dist_->backend(), o.bucket_bytes(), o.overlap);
   }
 }
@@ -361,9 +371,9 @@ StepRunner::Captured& StepRunner::capture(const at::Tensor& images, const at::Te
   const model::PlanCost plans0 = model::plan_cost();
   if (accumulate_ > 1) {
     c.micro = std::make_unique<gpu::Graph>();
-    c.micro->capture(*stream_, 3, [this, &c] { c.micro_loss = forward_backward(c.images, c.labels, false, false); });
+    c.micro->capture(*stream_, *capture_stream_, 3, [this, &c] { c.micro_loss = forward_backward(c.images, c.labels, false, false); });
   }
-  c.graph->capture(*stream_, 3, [this, &c, &call_s] {
+  c.graph->capture(*stream_, *capture_stream_, 3, [this, &c, &call_s] {
     const auto call0 = std::chrono::steady_clock::now();
     c.loss = forward_backward(c.images, c.labels, accumulate_ == 1, true);
     optimizer_step(lr_, 0.0);

@@ -115,6 +115,7 @@ class StepRunner {
   std::unique_ptr<GradSync> grad_sync_;  // several ranks only
   c10::Device device_;
   std::optional<c10::Stream> stream_;  // the compute stream (CUDA)
+  std::optional<c10::Stream> capture_stream_;  // train.cuda_graph: where every capture runs (gpu::Graph::capture)
   std::optional<at::ScalarType> autocast_;
   double label_smoothing_;
   bool eval_flip_;

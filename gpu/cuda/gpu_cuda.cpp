@@ -37,10 +37,9 @@ struct Graph::Impl {
 Graph::Graph() : impl_(std::make_unique<Impl>()) {}
 Graph::~Graph() = default;
 
-void Graph::capture(const c10::Stream& stream, int warmup, const std::function<void()>& body,
-                    const Graph* share_pool) {
-  const c10::cuda::CUDAStream current(stream);
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, stream.device_index());
+void Graph::capture(const c10::Stream& stream, const c10::Stream& side_stream, int warmup,
+                    const std::function<void()>& body, const Graph* share_pool) {
+  const c10::cuda::CUDAStream current(stream), side(side_stream);
   at::cuda::CUDAEvent before, after;
   before.record(current);
   before.block(side);
