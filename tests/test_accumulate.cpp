@@ -90,22 +90,27 @@ TEST(Accumulate, AnEpochEndingInsideAnAccumulationStepsOnTheMicroBatchesTaken) {
 }
 
 // dist.one_rank_group: a 1-rank Gloo group's all-reduce (the multi-rank step's hooks and buckets) averages over
-// one rank, so the step through it is the step without it, accumulating or not; the group's other collectives are
-// this rank's own values.
+// one rank, so the step through it is the step without it, accumulating or not, with the weights and their
+// gradients in channels_last or not (the buckets hold each gradient in its own order); the group's other
+// collectives are this rank's own values.
 TEST(Accumulate, AStepThroughAOneRankGroupIsTheStepWithoutOne) {
   Distributed group(DistEnv{}, c10::Device(c10::kCPU), "gloo", std::chrono::seconds(20), /*one_rank_group=*/true);
   ASSERT_TRUE(group.grouped());
   EXPECT_FALSE(group.active());
   EXPECT_TRUE(group.any(true));
   EXPECT_EQ(group.all_gather({1.5}), std::vector<double>{1.5});
-  for (int64_t accumulate : {1, 2}) {
-    StepRunner alone(options(accumulate), 10), grouped(options(accumulate), 10, &group), start(options(1), 10);
+  for (const auto& [accumulate, channels_last] : {std::pair<int64_t, bool>{1, false}, {2, false}, {1, true}}) {
+    StepOptions o = options(accumulate);
+    o.channels_last = channels_last;
+    StepRunner alone(o, 10), grouped(o, 10, &group), start(o, 10);
     for (int step = 0; step < 4; ++step) {
-      const auto [x, y] = batch(step, 4);
+      auto [x, y] = batch(step, 4);
+      if (channels_last) x = x.contiguous(c10::MemoryFormat::ChannelsLast);
       alone.train_step(x, y, kLr);
       grouped.train_step(x, y, kLr);
     }
-    EXPECT_LT(relative_gap(alone, grouped), 1e-6) << "accumulate " << accumulate;
+    SCOPED_TRACE("accumulate " + std::to_string(accumulate) + (channels_last ? ", channels_last" : ""));
+    EXPECT_LT(relative_gap(alone, grouped), 1e-6);
     EXPECT_GT(relative_gap(alone, start), 1e-4) << "the weights did not move: the comparison would prove nothing";
   }
 }

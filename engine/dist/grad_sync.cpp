@@ -1,11 +1,13 @@
 #include "engine/dist/grad_sync.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/_foreach_copy.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <functional>
+#include <vector>
 #include <stdexcept>
 
 namespace pinfeed::engine {
@@ -75,14 +77,29 @@ void GradSync::on_grad_ready(size_t param) {
   if (--b.pending == 0) launch(b);
 }
 
+// Parameter k's span of the bucket, laid out as `like` where that is dense (a channels_last gradient's span holds
+// it in its own order): a copy between the two is then a plain copy, which one _foreach_copy_ does for a whole
+// bucket in a few kernels rather than one per parameter.
+at::Tensor GradSync::span(const Bucket& b, size_t k, const at::Tensor& like) const {
+  const at::Tensor& p = params_[b.params[k]];
+  const at::Tensor chunk = b.flat.narrow(0, b.offset[k], p.numel());
+  if (like.is_non_overlapping_and_dense() && like.sizes() == p.sizes()) return chunk.as_strided(like.sizes(), like.strides());
+  return chunk.view(p.sizes());
+}
+
 void GradSync::launch(Bucket& b) {
   at::NoGradGuard no_grad;
+  std::vector<at::Tensor> spans, grads;
   for (size_t k = 0; k < b.params.size(); ++k) {
     const at::Tensor& p = params_[b.params[k]];
-    at::Tensor slice = b.flat.narrow(0, b.offset[k], p.numel()).view(p.sizes());
-    if (p.grad().defined()) slice.copy_(p.grad());
-    else slice.zero_();  // a parameter that took no part in this step contributes zeros, as in DDP
+    if (p.grad().defined()) {
+      spans.push_back(span(b, k, p.grad()));
+      grads.push_back(p.grad());
+    } else {
+      span(b, k, p).zero_();  // a parameter that took no part in this step contributes zeros, as in DDP
+    }
   }
+  if (!spans.empty()) at::_foreach_copy_(spans, grads);
   std::vector<at::Tensor> tensors{b.flat};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::AVG;
@@ -97,12 +114,17 @@ void GradSync::finish_step() {
   }
   for (Bucket& b : buckets_) {
     b.work->wait();  // NCCL: the current stream waits, not the host; Gloo: the host waits
+    std::vector<at::Tensor> grads, spans;
     for (size_t k = 0; k < b.params.size(); ++k) {
       at::Tensor& p = params_[b.params[k]];
-      const at::Tensor average = b.flat.narrow(0, b.offset[k], p.numel()).view(p.sizes());
-      if (p.grad().defined()) p.mutable_grad().copy_(average);
-      else p.mutable_grad() = average.clone().contiguous(p.suggest_memory_format());
+      if (p.grad().defined()) {
+        grads.push_back(p.grad());
+        spans.push_back(span(b, k, p.grad()));
+      } else {
+        p.mutable_grad() = span(b, k, p).clone().contiguous(p.suggest_memory_format());
+      }
     }
+    if (!grads.empty()) at::_foreach_copy_(grads, spans);
   }
   start_step();
 }

@@ -44,6 +44,7 @@ class GradSync {
   };
   void on_grad_ready(size_t param);
   void launch(Bucket& bucket);
+  at::Tensor span(const Bucket& bucket, size_t k, const at::Tensor& like) const;  // parameter k's part of the bucket
 
   std::vector<at::Tensor> params_;
   std::vector<int> bucket_of_;  // param -> bucket
