@@ -12,6 +12,7 @@
 
 #include "engine/dist/distributed.h"
 #include "engine/step/step_runner.h"
+#include "runner_distance.h"
 
 namespace pinfeed::engine {
 namespace {
@@ -36,18 +37,6 @@ std::pair<at::Tensor, at::Tensor> batch(int step, int64_t n) {
   return {at::randn({n, 3, 32, 32}), at::randint(10, {n}, at::TensorOptions().dtype(at::kLong))};
 }
 
-// The distance of two runners' parameters, relative to the first's: |a - b| / |a| over all of them.
-double relative_gap(StepRunner& a, StepRunner& b) {
-  double diff = 0, norm = 0;
-  const auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
-  for (const auto& item : pa) {
-    const at::Tensor x = item.value().to(at::kDouble), y = pb[item.key()].to(at::kDouble);
-    diff += (x - y).pow(2).sum().item<double>();
-    norm += x.pow(2).sum().item<double>();
-  }
-  return std::sqrt(diff / norm);
-}
-
 // BN from its running statistics (eval mode): a batch's gradient is then exactly the mean of its halves'
 // gradients, which is what accumulation must reproduce (in training mode each micro-batch normalises by its own
 // statistics, as it would on a GPU that only fits the micro-batch).
@@ -63,8 +52,8 @@ TEST(Accumulate, TwoMicroBatchesStepAsOneBatchOfBoth) {
     parts.train_step(x.narrow(0, 4, 4), y.narrow(0, 4, 4), kLr);
     EXPECT_EQ(parts.pending_micro_steps(), 0);
   }
-  EXPECT_LT(relative_gap(whole, parts), 1e-5);
-  EXPECT_GT(relative_gap(whole, start), 100 * relative_gap(whole, parts)) << "the weights did not move: the comparison would prove nothing";
+  EXPECT_LT(relative_distance(whole, parts), 1e-5);
+  EXPECT_GT(relative_distance(whole, start), 100 * relative_distance(whole, parts)) << "the weights did not move: the comparison would prove nothing";
   ASSERT_EQ(whole.optimizer().state().size(), parts.optimizer().state().size());
   for (const auto& [name, m] : whole.optimizer().state()) {
     const at::Tensor& n = parts.optimizer().state().at(name);
@@ -86,7 +75,7 @@ TEST(Accumulate, AnEpochEndingInsideAnAccumulationStepsOnTheMicroBatchesTaken) {
   parts.finish_accumulation(kLr);
   EXPECT_EQ(parts.pending_micro_steps(), 0);
   parts.finish_accumulation(kLr);  // nothing taken: no step
-  EXPECT_LT(relative_gap(whole, parts), 1e-5);
+  EXPECT_LT(relative_distance(whole, parts), 1e-5);
 }
 
 // dist.one_rank_group: a 1-rank Gloo group's all-reduce (the multi-rank step's hooks and buckets) averages over
@@ -110,8 +99,8 @@ TEST(Accumulate, AStepThroughAOneRankGroupIsTheStepWithoutOne) {
       grouped.train_step(x, y, kLr);
     }
     SCOPED_TRACE("accumulate " + std::to_string(accumulate) + (channels_last ? ", channels_last" : ""));
-    EXPECT_LT(relative_gap(alone, grouped), 1e-6);
-    EXPECT_GT(relative_gap(alone, start), 1e-4) << "the weights did not move: the comparison would prove nothing";
+    EXPECT_LT(relative_distance(alone, grouped), 1e-6);
+    EXPECT_GT(relative_distance(alone, start), 1e-4) << "the weights did not move: the comparison would prove nothing";
   }
 }
 

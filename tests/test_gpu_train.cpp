@@ -24,6 +24,7 @@
 #include "gpu/gpu.h"
 #include "model/resnet.h"
 #include "pipeline/decode/jpeg_decoder.h"
+#include "runner_distance.h"
 #include "test_util.h"
 
 namespace pinfeed::app {
@@ -47,27 +48,6 @@ std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> random_batches(uint6
     labels.push_back(at::randint(10, {16}, at::TensorOptions().device(cuda).dtype(at::kLong)));
   }
   return {images, labels};
-}
-
-// Two runners' weights: |a - b| / |a| over all parameters, and the largest such ratio of one parameter tensor.
-double relative_distance(engine::StepRunner& a, engine::StepRunner& b) {
-  double diff = 0, norm = 0;
-  const auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
-  for (const auto& item : pa) {
-    const at::Tensor x = item.value().to(at::kDouble), y = pb[item.key()].to(at::kDouble);
-    diff += (x - y).pow(2).sum().item<double>();
-    norm += x.pow(2).sum().item<double>();
-  }
-  return std::sqrt(diff / norm);
-}
-double largest_relative_difference(engine::StepRunner& a, engine::StepRunner& b) {
-  double worst = 0;
-  const auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
-  for (const auto& item : pa) {
-    const at::Tensor x = item.value().to(at::kDouble), y = pb[item.key()].to(at::kDouble);
-    worst = std::max(worst, (x - y).norm().item<double>() / (x.norm().item<double>() + 1e-12));
-  }
-  return worst;
 }
 
 TEST(GpuTrain, ANewUsersConfigTakesTheFastPathOnCuda) {
