@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-from check_common import fail, gen_data, skip_without
+from check_common import fail, gen_data, skip_without, tiny_config
 
 ARCHS = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "wide_resnet50_2", "wide_resnet101_2",
          "resnext50_32x4d", "resnext101_32x8d"]
@@ -45,12 +45,8 @@ def main():
         Image.fromarray(pixels).save(image)
         x = (torch.from_numpy(pixels).float() / 255 - torch.tensor(MEAN)) / torch.tensor(STD)
         x = x.permute(2, 0, 1)[None]
-        config = tmp / "tiny.toml"
-        config.write_text(
-            f'[data]\nroot = "{tmp / "data"}"\nimage_size = {SIDE}\nval_resize_ratio = 1.0\nworkers = 1\n'
-            '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 2\nmax_steps_per_epoch = 1\nlr = 0.01\n'
-            'precision = "fp32"\neval = false\n'
-            f'[pipeline]\nwarmup_steps = 0\n[run]\ndir = "{tmp / "runs"}"\n')
+        config = tiny_config(tmp / "tiny.toml", tmp / "data", tmp / "runs", 2, image_size=SIDE,
+                             data_lines="val_resize_ratio = 1.0\n", train_lines="max_steps_per_epoch = 1\neval = false\n")
         for arch in ARCHS:
             model = getattr(torchvision.models, arch)(num_classes=3).eval()
             with torch.no_grad():

@@ -48,3 +48,14 @@ def gen_data(exe, out, classes, train_per_class, val_per_class, size, *flags):
                         *flags], capture_output=True, text=True)
     if r.returncode != 0:
         fail(f"gen-data: exit {r.returncode}\n{r.stdout}{r.stderr}")
+
+
+def tiny_config(path, data, runs, batch_size, name="", image_size=32, data_lines="", model_lines="", train_lines=""):
+    """A one-epoch fp32 training config on the CPU for the folder `data` into `runs`, written to `path` (returned);
+    the *_lines, more `key = value` lines of their sections."""
+    path.write_text(
+        f'[data]\nroot = "{data}"\nimage_size = {image_size}\nworkers = 1\n{data_lines}'
+        + (f"[model]\n{model_lines}" if model_lines else "")
+        + f'[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = {batch_size}\nlr = 0.01\nprecision = "fp32"\n{train_lines}'
+        + f'[pipeline]\nwarmup_steps = 0\n[run]\n' + (f'name = "{name}"\n' if name else "") + f'dir = "{runs}"\n')
+    return path

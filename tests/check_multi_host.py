@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from check_common import fail, gen_data, skip_without
+from check_common import fail, gen_data, skip_without, tiny_config
 
 
 def free_port():
@@ -48,11 +48,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         gen_data(exe, tmp / "data", 2, 8, 2, "40x40")
-        config = tmp / "tiny.toml"
-        config.write_text(
-            f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'
-            '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 2\nlr = 0.01\nprecision = "fp32"\n'
-            f'[pipeline]\nwarmup_steps = 0\n[run]\nname = "hosts"\ndir = "{tmp / "runs"}"\n')
+        config = tiny_config(tmp / "tiny.toml", tmp / "data", tmp / "runs", 2, name="hosts")
         out = two_launchers(python, exe, tmp, "train", "-c", config)
         if "2 ranks (global batch 4)" not in out:
             fail(f"the run did not train with 2 ranks:\n{out}")

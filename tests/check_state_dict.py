@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from check_common import gen_data, skip_without
+from check_common import gen_data, skip_without, tiny_config
 
 
 def state_dict(tsv, torch):
@@ -58,11 +58,7 @@ def main():
         sd = state_dict(tsv, torch)
         torch.save(sd, sd_path)
         gen_data(exe, tmp / "data", 2, 4, 2, "40x40")
-        config = tmp / "tiny.toml"
-        config.write_text(
-            f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'
-            '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 4\nlr = 0.01\nprecision = "fp32"\n'
-            f'[pipeline]\nwarmup_steps = 0\n[run]\nname = "sd"\ndir = "{tmp / "runs"}"\n')
+        config = tiny_config(tmp / "tiny.toml", tmp / "data", tmp / "runs", 4, name="sd")
 
         # A state dict names no classes: its outputs must be as many as the class folders, or the labels (the
         # folders sorted) would not be its classes; 1000 outputs on 2 folders is refused in one line.

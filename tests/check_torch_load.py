@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from check_common import gen_data, skip_without
+from check_common import gen_data, skip_without, tiny_config
 
 
 def reference(tsv):
@@ -29,13 +29,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         gen_data(exe, tmp / "data", 2, 4, 1, "32x32")
-        config = tmp / "tiny.toml"
-        config.write_text(
-            f'[data]\nroot = "{tmp / "data"}"\nimage_size = 32\nworkers = 1\n'
-            '[model]\nnum_classes = 1000\nallow_extra_classes = true\n'  # torchvision's default head, so that every shape compares
-            '[train]\ndevice = "cpu"\nepochs = 1\nbatch_size = 4\nlr = 0.01\nwarmup_epochs = 0\nprecision = "fp32"\n'
-            'optimizer = "lamb"\nema = true\n'
-            f'[pipeline]\nwarmup_steps = 0\n[run]\nname = "torchload"\ndir = "{tmp / "runs"}"\n')
+        # torchvision's default head (1000 outputs), so that every shape compares
+        config = tiny_config(tmp / "tiny.toml", tmp / "data", tmp / "runs", 4, name="torchload",
+                             model_lines="num_classes = 1000\nallow_extra_classes = true\n",
+                             train_lines='warmup_epochs = 0\noptimizer = "lamb"\nema = true\n')
         subprocess.run([exe, "train", "-c", str(config)], check=True)
         [path] = (tmp / "runs").glob("*/last.pt")
 
