@@ -34,7 +34,7 @@ namespace {
 nlohmann::json model_facts(const engine::Weights& w, const std::string& path) {
   const WeightsNetwork net = network_of(w.model, path);
   nlohmann::json facts = {{"num_classes", net.num_classes}, {"classes", w.classes}, {"validated", nullptr},
-                          {"blurpool", nullptr}, {"arch", static_cast<int>(net.arch)}};
+                          {"blurpool", nullptr}, {"arch", model::spec_of(net.arch).name}};
   if (!w.config.empty()) {
     try {
       const Config recorded = parse_config_string(w.config, path + " (its recorded config)");
@@ -160,7 +160,9 @@ int run_eval(const EvalArgs& a, const engine::StopRequest& stop) {
                   " was trained (" + location_of(plan, "model.blurpool") + " says otherwise)");
       }
     }
-    step.net.arch = static_cast<model::Arch>(facts.at("arch").get<int>());  // the weights' network, whatever model.arch says
+    for (const model::ArchSpec& spec : model::arch_specs()) {  // the weights' network, whatever model.arch says
+      if (facts.at("arch").get<std::string>() == spec.name) step.net.arch = spec.arch;
+    }
     engine::StepRunner runner(step, num_classes, &dist);
     if (weights) copy_weights(runner.model(), weights->model, a.checkpoint);
     runner.broadcast_state();
