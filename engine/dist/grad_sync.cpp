@@ -7,8 +7,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <functional>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 namespace pinfeed::engine {
 namespace {
