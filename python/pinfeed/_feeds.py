@@ -116,6 +116,7 @@ FEEDS = {
     "pinfeed_cpu": ('pinfeed.ImageFolderLoader(decoder="cpu")', lambda ctx: _pinfeed_feed(ctx, "cpu")),
     "pinfeed_nvjpeg": ('pinfeed.ImageFolderLoader(decoder="nvjpeg")', lambda ctx: _pinfeed_feed(ctx, "nvjpeg")),
     "resident": ("one batch kept on the device: the ceiling", resident_feed),
+    "resident_unwatched": ("the resident batch without pinfeed.watch: what the wrapper costs", resident_feed),
 }
 
 

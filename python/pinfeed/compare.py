@@ -19,6 +19,8 @@ epoch (drop_last: every batch has the same shape, which CUDA graphs need):
   threads) and decoder="nvjpeg" (the GPU decodes; CUDA and a build with nvJPEG), the same augmentations; skipped,
   with the reason, where pinfeed's compiled module or nvJPEG is not there.
 - resident: one batch kept on the device and stepped on again and again: the ceiling of this model's step here.
+- resident_unwatched: the same without pinfeed.watch, timed from one wait for the device to the next around its
+  timed steps: against resident, what the wrapper costs the step (the table's last line).
 
 Every row trains the same model with the same optimizer (SGD, momentum 0.9, learning rate 0.01 throughout: the
 figures are of speed, not of learning) and the same step: autocast in fp16 (with a GradScaler) or bf16 when asked,
@@ -155,10 +157,38 @@ def cpu_seconds():
 # --- rows ---------------------------------------------------------------------------------------------------------
 
 
+UNWATCHED = "resident_unwatched"
+
+
+def run_unwatched(ctx, trainer, repeat):
+    """The resident batch without a Watch: --warmup steps, then --steps timed ones between two waits for the
+    device (the host runs ahead of a step this simple, so the device is busy throughout). A record with the
+    Watch's fields; wait and idle are not measured."""
+    args = ctx.args
+    images, labels = ctx.resident()
+    sync = (lambda: torch.cuda.synchronize(ctx.device)) if ctx.cuda else (lambda: None)
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        trainer.step(images, labels)
+    sync()
+    t1, cpu0 = time.perf_counter(), cpu_seconds()
+    for _ in range(args.steps):
+        trainer.step(images, labels)
+    cpu = cpu_seconds() - cpu0
+    sync()
+    seconds, samples = time.perf_counter() - t1, args.steps * args.batch_size
+    return {"name": UNWATCHED, "epoch": repeat, "steps": args.steps, "samples": samples, "seconds": seconds,
+            "samples_per_s": samples / seconds, "steps_per_s": args.steps / seconds, "wait_ms_p50": None,
+            "wait_ms_p95": None, "gpu_idle": None, "warmup_steps": args.warmup, "warmup_seconds": t1 - t0,
+            "cpu_seconds": cpu, "cpu_ms_per_sample": 1e3 * cpu / samples}
+
+
 def run_row(name, ctx, trainer, repeat):
     """One row: --warmup steps, then --steps timed ones, through a Watch. The Watch's record, plus cpu_seconds and
     cpu_ms_per_sample. Raises Skipped where the feed cannot run."""
     args = ctx.args
+    if name == UNWATCHED:
+        return run_unwatched(ctx, trainer, repeat)
     batches = FEEDS[name][1](ctx)
     w = Watch(batches, warmup_steps=args.warmup, batch_size=args.batch_size, log=None, epoch=repeat, name=name)
     try:
@@ -231,6 +261,10 @@ def table(rows, repeats):
                      "(--repeats 3)")
     if ceiling is None:
         lines.append("% of ceiling: n/a without the resident row")
+    bare = next((r["summary"]["samples_per_s"] for r in rows if r["feed"] == UNWATCHED and "summary" in r), None)
+    if ceiling and bare:
+        lines.append(f"pinfeed.watch's cost: {100 * (1 - ceiling / bare):.2f}% of the step's samples/s (resident "
+                     f"against {UNWATCHED})")
     return lines
 
 

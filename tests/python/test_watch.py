@@ -301,13 +301,14 @@ def test_compare_prints_the_table_with_every_feed_run_or_skipped_on_the_cpu(imag
     assert list(rows) == ["feed", "---", *compare.FEEDS]
     for feed in ("pinned", "dual_stream", "pinfeed_nvjpeg"):
         assert "skipped:" in rows[feed] and "CUDA" in rows[feed]
-    ran = ["dataloader", "resident"] + (["pinfeed_cpu"] if _built() is not None else [])
+    ran = ["dataloader", "resident", "resident_unwatched"] + (["pinfeed_cpu"] if _built() is not None else [])
     if _built() is None:
         assert "skipped:" in rows["pinfeed_cpu"]
     for feed in ran:
         cells = [c.strip() for c in rows[feed].split("|")[2:-1]]
         assert cells[0].split()[1].startswith("[") and cells[3] == "n/a" and float(cells[5]) > 0
     assert "| 100.0% |" in rows["resident"]
+    assert "pinfeed.watch's cost: " in stdout and "(resident against resident_unwatched)" in stdout
     data = json.loads(out.read_text())
     measured = {r["feed"]: r for r in data["rows"] if r["records"]}
     assert sorted(measured) == sorted(ran)
