@@ -483,6 +483,39 @@ std::map<std::string, at::Tensor> all_state(const std::string& checkpoint) {
   return out;
 }
 
+// The last.pt of the one run under dir/runs whose folder name ends in `suffix`; "" if none.
+std::string last_checkpoint(const std::string& dir, const std::string& suffix) {
+  for (const auto& d : fs::directory_iterator(dir + "/runs")) {
+    const std::string n = d.path().filename().string();
+    if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return (d.path() / "last.pt").string();
+    }
+  }
+  return std::string();
+}
+
+// dist.one_rank_group through the executable: one rank in a group of its own (Gloo on the CPU) says so and ends
+// with the weights, momentum and metrics of the same run without a group, to the bit (an average over one rank).
+TEST(DataParallel, OneRankInAGroupOfItsOwnTrainsBitForBitAsWithout) {
+  const std::string root = test::make_dataset("dp_one_rank", 2, 8, 1, 32);
+  const std::string dir = test::fresh_dir("dp_one_rank_runs");
+  const std::string config = tiny_config(dir, root);
+  for (const bool grouped : {false, true}) {
+    const std::string name = grouped ? "grouped" : "alone";
+    const auto exits = test::run_ranks(1, {PINFEED_EXE, "train", "-c", config, "run.name=\"" + name + "\"",
+                                           "train.epochs=1", std::string("dist.one_rank_group=") + (grouped ? "true" : "false")},
+                                       120, {}, dir + "/" + name + "_rank");
+    ASSERT_EQ(exits.at(0).code, 0) << read_text(dir + "/" + name + "_rank0.log");
+    EXPECT_EQ(read_text(dir + "/" + name + "_rank0.log").find("one rank in a group of its own") != std::string::npos,
+              grouped);
+  }
+  const auto alone = all_state(last_checkpoint(dir, "-alone")), grouped = all_state(last_checkpoint(dir, "-grouped"));
+  ASSERT_EQ(alone.size(), grouped.size());
+  for (const auto& [name, t] : alone) EXPECT_TRUE(t.equal(grouped.at(name))) << name;
+  EXPECT_EQ(test::learning_rows(fs::path(last_checkpoint(dir, "-grouped")).parent_path() / "metrics.jsonl"),
+            test::learning_rows(fs::path(last_checkpoint(dir, "-alone")).parent_path() / "metrics.jsonl"));
+}
+
 TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
   // 200 images: 25 steps of 2 x 4 in its one epoch, accumulated by 2 (train.accumulate_steps: 12 optimizer steps
   // and the epoch's last on the one batch left). A stop asked for at step 3 is voted on at step 10 and acted on at
@@ -504,15 +537,7 @@ TEST(DataParallel, ResumeMidEpochWithTwoRanksEqualsTheUninterruptedRun) {
   for (const auto& e : stopped) ASSERT_EQ(e.code, 130) << read_text(dir + "/split_rank0.log");
   for (const auto& e : run("split", {"--resume", "last"})) ASSERT_EQ(e.code, 0) << read_text(dir + "/split_rank0.log");
 
-  auto last = [&](const std::string& name) {
-    for (const auto& d : fs::directory_iterator(dir + "/runs")) {
-      const std::string n = d.path().filename().string();
-      if (n.size() > name.size() && n.compare(n.size() - name.size(), name.size(), name) == 0) {
-        return (d.path() / "last.pt").string();
-      }
-    }
-    return std::string();
-  };
+  auto last = [&](const std::string& suffix) { return last_checkpoint(dir, suffix); };
   const auto whole = all_state(last("-whole")), split = all_state(last("-split"));
   ASSERT_EQ(whole.size(), split.size());
   // BN statistics too: they stay per rank until the epoch ends, and the checkpoint keeps every rank's.
