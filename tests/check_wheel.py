@@ -41,7 +41,6 @@ def main():
     wheel_build = build.parent / "build-wheel"
     env = dict(os.environ)
     env.setdefault("CCACHE_BASEDIR", str(source))
-    env.setdefault("CCACHE_DIR", str(pathlib.Path.home() / ".cache" / "ccache"))
     # The development build's answers to what the compile commands depend on: the same commands, the same hits.
     cache = dict(re.findall(r"^([A-Za-z_]+):[A-Z]+=(.*)$", (build / "CMakeCache.txt").read_text(), re.M))
     defines = [f"--config-settings=cmake.define.{k}={cache[k]}" for k in DEFINES_FROM_THE_BUILD if cache.get(k)]
