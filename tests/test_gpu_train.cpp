@@ -274,27 +274,35 @@ TEST(GpuTrain, BlurPoolUnderTheFastPathGivesThePlainPathsOutput) {
 // Every architecture of the family on the fast path (fused BN, the stem's max pool, fold_grad_add and the conv3
 // route where the block has them, the graph) against its plain path (ATen's BN, eager): the first steps' losses
 // agree and the graph replays. Zero-initialised residual branches off, so that every block's BN and add are in
-// play from the first step. 3%, not the graph test's 2%: the first step's loss is the forward alone, same
-// weights, and fp16 rounding grows with depth (resnet152's 50 blocks parted by 2.1% at it on an H100).
+// play from the first step. The bound is the graph test's 2%, or twice fp16's own rounding of the first loss (the
+// plain fp16 path against the plain fp32 path, same weights) where that is larger: the rounding grows with depth
+// (resnet152's two fp16 paths parted by 2.1% on an H100 and 3.2% on an H200 at the forward alone).
 TEST(GpuTrain, EveryArchsFastPathTrainsAsItsPlainPath) {
   if (!gpu::available()) GTEST_SKIP() << "no CUDA device";
   const auto [images, labels] = random_batches(13);
   for (const pinfeed::model::ArchSpec& spec : pinfeed::model::arch_specs()) {
     SCOPED_TRACE(spec.name);
     const std::string model = std::string("[model]\narch = \"") + spec.name + "\"\nzero_init_residual = false\n";
+    const std::string plain_model = model + "fused_bn = \"off\"\nmax_pool = \"aten\"\n";
     const Plan fast = resolve_plan(config(true, "fp16", model + "fused_bn = \"on\"\n"));
-    const Plan plain = resolve_plan(config(false, "fp16", model + "fused_bn = \"off\"\nmax_pool = \"aten\"\n"));
+    const Plan plain = resolve_plan(config(false, "fp16", plain_model));
     ASSERT_TRUE(fast.step.net.fused_bn && fast.step.cuda_graph);
     ASSERT_EQ(fast.step.net.arch, spec.arch);
     engine::StepRunner fast_runner(fast.step, 10), plain_runner(plain.step, 10);  // same seed: same weights
-    double largest = 0;
+    const double exact = [&] {
+      engine::StepRunner fp32_runner(resolve_plan(config(false, "fp32", plain_model)).step, 10);
+      return fp32_runner.train_step(images[0], labels[0], 0.02).item<double>();
+    }();
+    double largest = 0, bound = 0;
     for (int i = 0; i < 4; ++i) {  // the first captures the graph, the others replay it
       const double a = plain_runner.train_step(images[i], labels[i], 0.02).item<double>();
       const double b = fast_runner.train_step(images[i], labels[i], 0.02).item<double>();
-      EXPECT_NEAR(a, b, 3e-2 * std::abs(a)) << "step " << i;
+      if (i == 0) bound = std::max(2e-2, 2 * std::abs(a - exact) / std::abs(a));
+      EXPECT_NEAR(a, b, bound * std::abs(a)) << "step " << i;
       largest = std::max(largest, std::abs(a - b) / std::abs(a));
     }
-    std::cout << spec.name << ": largest relative loss difference, fast / plain path: " << largest << "\n";
+    std::cout << spec.name << ": largest relative loss difference, fast / plain path: " << largest << " (bound "
+              << bound << ")\n";
     EXPECT_TRUE(fast_runner.graphed());
     EXPECT_EQ(fast_runner.graphs(), 1);
   }
