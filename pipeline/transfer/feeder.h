@@ -120,6 +120,11 @@ class Feeder : public BatchSource {
   PipelineOptions options_;
   FeederOptions feeder_options_;
   bool cuda_ = false;
+  // Before loader_, so destroyed after it: its workers call the stop check, which reads both, until they are
+  // joined (the destructor resets loader_ first; a constructor that throws after making it does not).
+  std::function<bool()> stop_requested_;  // the caller's (LoaderOptions::stop_requested), or empty
+  // Set by the destructor: the loader's waits end then too (its stop_requested is this or the caller's).
+  std::atomic<bool> closing_{false};
   std::unique_ptr<HostRing> ring_;
   std::unique_ptr<data::Loader> loader_;
   std::optional<data::Batch> held_;  // CPU: batch in use by the model, recycled at the next call
@@ -128,9 +133,6 @@ class Feeder : public BatchSource {
   data::PixelAffine affine_{};  // the same on the host, for the fused kernel (augment/normalise_mix.h)
   std::unique_ptr<pipeline::JpegDecoder> decoder_;
   std::unique_ptr<augment::Augmenter> augmenter_;  // training batches' augmentations, or null  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
-  std::function<bool()> stop_requested_;  // the caller's (LoaderOptions::stop_requested), or empty
-  // Set by the destructor: the loader's waits end then too (its stop_requested is this or the caller's).
-  std::atomic<bool> closing_{false};
 
   // dual_stream copier
   std::optional<c10::Stream> copy_stream_;
