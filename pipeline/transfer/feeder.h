@@ -131,8 +131,8 @@ class Feeder : public BatchSource {
   gpu::EventPool events_;
   at::Tensor scale_, shift_;  // (1, 3, 1, 1) on the device: uint8 pixel * scale + shift = normalised value
   data::PixelAffine affine_{};  // the same on the host, for the fused kernel (augment/normalise_mix.h)
-  std::unique_ptr<pipeline::JpegDecoder> decoder_;
-  std::unique_ptr<augment::Augmenter> augmenter_;  // training batches' augmentations, or null  // the dataset leaves JPEGs to the GPU (TransformOptions::gpu_decode)
+  std::unique_ptr<pipeline::JpegDecoder> decoder_;  // the dataset leaves JPEGs to the GPU (gpu_decode)
+  std::unique_ptr<augment::Augmenter> augmenter_;  // training batches' augmentations, or null
 
   // dual_stream copier
   std::optional<c10::Stream> copy_stream_;
