@@ -68,6 +68,13 @@ const ArchSpec& spec_of(Arch arch) {
   throw std::invalid_argument("unknown ResNet architecture");
 }
 
+const ArchSpec& spec_of(const std::string& name) {
+  for (const ArchSpec& s : arch_specs()) {
+    if (name == s.name) return s;
+  }
+  throw std::invalid_argument("unknown ResNet architecture " + name);
+}
+
 int64_t parameter_count(const ArchSpec& spec, int64_t num_classes) {
   auto conv_bn = [](int64_t in, int64_t out, int64_t k, int64_t groups) { return in / groups * out * k * k + 2 * out; };
   int64_t n = conv_bn(3, 64, 7, 1), in = 64;

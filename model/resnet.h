@@ -40,6 +40,7 @@ struct ArchSpec {
 };
 const std::vector<ArchSpec>& arch_specs();  // torchvision's order
 const ArchSpec& spec_of(Arch arch);
+const ArchSpec& spec_of(const std::string& name);  // model.arch's value; std::invalid_argument for another
 // Trainable parameters of `arch` with `num_classes` outputs, from the architecture (count_parameters of the built
 // model gives the same).
 int64_t parameter_count(const ArchSpec& spec, int64_t num_classes);

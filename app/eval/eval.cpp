@@ -160,9 +160,7 @@ int run_eval(const EvalArgs& a, const engine::StopRequest& stop) {
                   " was trained (" + location_of(plan, "model.blurpool") + " says otherwise)");
       }
     }
-    for (const model::ArchSpec& spec : model::arch_specs()) {  // the weights' network, whatever model.arch says
-      if (facts.at("arch").get<std::string>() == spec.name) step.net.arch = spec.arch;
-    }
+    step.net.arch = model::spec_of(facts.at("arch").get<std::string>()).arch;  // the weights', whatever model.arch says
     engine::StepRunner runner(step, num_classes, &dist);
     if (weights) copy_weights(runner.model(), weights->model, a.checkpoint);
     runner.broadcast_state();

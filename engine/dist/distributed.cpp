@@ -212,17 +212,8 @@ void Distributed::join(Clock::time_point deadline) {
 }
 
 Distributed::~Distributed() {
-  if (!active()) {
-    if (backend_) {
-      try {
-        backend_->shutdown();
-      } catch (const std::exception&) {
-      }
-    }
-    return;
-  }
   const bool failing = std::uncaught_exceptions() > 0;
-  if (backend_) {
+  if (backend_) {  // several ranks, or one in a group of its own
     try {
       // As destroy_process_group(): NCCL's communicators are torn down in order, not left to process exit.
       // After a failure another rank may never answer, so the communicators are aborted instead of waited on.
@@ -231,6 +222,7 @@ Distributed::~Distributed() {
     } catch (const std::exception&) {
     }
   }
+  if (!active()) return;
   watchdog_.leave(*store_);
   // At the end of a run the other ranks may still be finishing; after a failure they still have to read it
   // (every live rank does so within a heartbeat, so a shorter silence is taken for a dead one).
