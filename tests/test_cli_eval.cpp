@@ -81,7 +81,7 @@ class CliEval : public ::testing::Test {
     ASSERT_EQ(gen.code, 0) << gen.output;
     std::ofstream(config_) << "[data]\nroot = \"" << (dir_ / "data").string()
                            << "\"\nimage_size = 32\nworkers = 2\n[train]\ndevice = \"" PINFEED_EVAL_DEVICE "\"\nepochs = 2\nbatch_size = 4\n"
-                              "lr = 0.01\nprecision = \"fp32\"\n[pipeline]\nwarmup_steps = 0\n[run]\nname = \"ev\"\n"
+                              "lr = 0.01\nprecision = \"fp32\"\n[model]\narch = \"resnet18\"\n[pipeline]\nwarmup_steps = 0\n[run]\nname = \"ev\"\n"
                               "dir = \""
                            << (dir_ / "runs").string() << "\"\n";
     trained_ = pinfeed({"train", "-c", config_});

@@ -43,7 +43,7 @@ class CliRuns : public ::testing::Test {
     ASSERT_EQ(data.code, 0) << data.output;
     std::ofstream(dir_ / "tiny.toml") << "[data]\nroot = \"data\"\nimage_size = 32\nworkers = 1\n"
                                          "[train]\ndevice = \"cpu\"\nbatch_size = 8\nprecision = \"fp32\"\n"
-                                         "epochs = 1\neval = false\n[pipeline]\nwarmup_steps = 0\n"
+                                         "epochs = 1\neval = false\n[model]\narch = \"resnet18\"\n[pipeline]\nwarmup_steps = 0\n"
                                          "[run]\nname = \"quick\"\nlog_steps = true\n";
   }
   void TearDown() override { fs::remove_all(dir_); }

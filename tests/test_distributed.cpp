@@ -167,7 +167,7 @@ int rank_loss_scaler() {
 int rank_eval() {
   const engine::DistEnv env = engine::dist_env_from_environment();
   const Config config = parse_config_string("[data]\nimage_size = 32\nworkers = 1\n[train]\ndevice = \"cpu\"\n"
-                                            "batch_size = 5\nprecision = \"fp32\"\n",
+                                            "batch_size = 5\nprecision = \"fp32\"\n[model]\narch = \"resnet18\"\n",
                                             "eval.toml", {"data.root=\"" + env_or("PINFEED_TEST_DATA", "") + "\""});
   const Plan plan = resolve_plan(config, env);
   engine::Distributed dist(env, plan.device, name_of(plan.backend), std::chrono::seconds(20));
@@ -326,7 +326,7 @@ std::string tiny_config(const std::string& dir, const std::string& root) {
   const std::string path = dir + "/tiny.toml";
   std::ofstream(path) << "[data]\nroot = \"" << root << "\"\nimage_size = 32\nworkers = 1\n"
                       << "[train]\nepochs = 2\nbatch_size = 4\nlr = 0.05\nprecision = \"fp32\"\ndevice = \"cpu\"\n"
-                      << "[pipeline]\nwarmup_steps = 1\n[dist]\ntimeout_s = 30\n[run]\ndir = \"" << dir << "/runs\"\n";
+                      << "[model]\narch = \"resnet18\"\n[pipeline]\nwarmup_steps = 1\n[dist]\ntimeout_s = 30\n[run]\ndir = \"" << dir << "/runs\"\n";
   return path;
 }
 

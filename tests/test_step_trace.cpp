@@ -20,7 +20,7 @@ using nlohmann::json;
 // 3 steps an epoch (48 images, batch 16).
 Config tiny_config(const std::string& root, const std::string& runs, int epochs, const std::string& trace_steps) {
   return parse_config_string("[data]\nimage_size = 32\nworkers = 2\n[train]\ndevice = \"cpu\"\nbatch_size = 16\n"
-                             "precision = \"fp32\"\neval = false\n[pipeline]\nwarmup_steps = 1\n[run]\nname = \"t\"\n",
+                             "precision = \"fp32\"\neval = false\n[model]\narch = \"resnet18\"\n[pipeline]\nwarmup_steps = 1\n[run]\nname = \"t\"\n",
                              "tiny.toml",
                              {"data.root=\"" + root + "\"", "run.dir=\"" + runs + "\"", "train.epochs=" + std::to_string(epochs),
                               "run.trace_steps=\"" + trace_steps + "\""});

@@ -36,7 +36,7 @@ namespace {
 Config tiny_config(const std::string& root, const std::string& runs, int epochs) {
   return parse_config_string("[data]\nimage_size = 32\nworkers = 2\n[train]\ndevice = \"cpu\"\nbatch_size = 16\n"
                              "lr = 0.01\nwarmup_epochs = 0\nweight_decay = 0\nprecision = \"fp32\"\n"
-                             "[pipeline]\nwarmup_steps = 1\n[run]\nname = \"t\"\n",
+                             "[model]\narch = \"resnet18\"\n[pipeline]\nwarmup_steps = 1\n[run]\nname = \"t\"\n",
                              "tiny.toml",
                              {"data.root=\"" + root + "\"", "run.dir=\"" + runs + "\"",
                               "train.epochs=" + std::to_string(epochs)});
@@ -205,7 +205,7 @@ TEST(Train, ACheckpointWithAWeightTheModelHasNotIsRefusedNamingIt) {
   ck.model["extra.weight"] = at::zeros({3});
   engine::save_checkpoint(last, ck);
   const std::string resumed = resume_error(tiny_config(root, runs, 2));
-  EXPECT_NE(resumed.find("not the weights of this resnet50: it has extra.weight, which the model has not"),
+  EXPECT_NE(resumed.find("not the weights of this resnet18: it has extra.weight, which the model has not"),
             std::string::npos) << resumed;
   Config init = tiny_config(root, test::fresh_dir("train_extra_weight_init"), 1);
   apply_override(init, "train.init_from=\"" + last + "\"");
