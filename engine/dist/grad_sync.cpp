@@ -2,7 +2,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/_foreach_copy.h>
-#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -47,9 +47,12 @@ GradSync::GradSync(std::vector<at::Tensor> params, c10::intrusive_ptr<c10d::Back
     bucket_of_[i] = static_cast<int>(buckets_.size()) - 1;
     filled += bytes;
   }
+  at::NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
     const int64_t numel = b.offset.back() + params_[b.params.back()].numel();
-    b.flat = at::empty({numel}, params_[b.params.front()].options());
+    b.flat = at::zeros({numel}, params_[b.params.front()].options());
+    // In place from the start: accumulating micro-batches (and the graphs captured for them) add into the bucket.
+    for (size_t k = 0; k < b.params.size(); ++k) params_[b.params[k]].mutable_grad() = span(b, k, params_[b.params[k]]);
   }
   if (overlap_) {
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -73,7 +76,7 @@ void GradSync::start_step() {
 void GradSync::on_grad_ready(size_t param) {
   if (!reduce_) return;  // a micro-batch before the last of an optimizer step
   Bucket& b = buckets_[bucket_of_[param]];
-  if (b.pending <= 0) return;  // a second accumulation of the same parameter: finish_step() copies again
+  if (b.pending <= 0) return;  // a second accumulation of the same parameter (none in a ResNet)
   if (--b.pending == 0) launch(b);
 }
 
@@ -87,11 +90,20 @@ at::Tensor GradSync::span(const Bucket& b, size_t k, const at::Tensor& like) con
   return chunk.view(p.sizes());
 }
 
+bool GradSync::in_bucket(const Bucket& b, size_t k) const {
+  const at::Tensor& g = params_[b.params[k]].grad();
+  return g.defined() && g.is_alias_of(b.flat) &&
+         g.data_ptr() == static_cast<const char*>(b.flat.data_ptr()) + b.offset[k] * b.flat.element_size();
+}
+
+// A .grad that backward made anew (the step reset it, or its first step) is copied into its span once and replaced
+// by the span: later backwards that keep it (accumulation) add into the bucket, and the optimizer reads the bucket.
 void GradSync::launch(Bucket& b) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> spans, grads;
   for (size_t k = 0; k < b.params.size(); ++k) {
-    const at::Tensor& p = params_[b.params[k]];
+    at::Tensor& p = params_[b.params[k]];
+    if (in_bucket(b, k)) continue;
     if (p.grad().defined()) {
       spans.push_back(span(b, k, p.grad()));
       grads.push_back(p.grad());
@@ -100,6 +112,10 @@ void GradSync::launch(Bucket& b) {
     }
   }
   if (!spans.empty()) at::_foreach_copy_(spans, grads);
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    at::Tensor& p = params_[b.params[k]];
+    if (!in_bucket(b, k)) p.mutable_grad() = span(b, k, p.grad().defined() ? p.grad() : p);
+  }
   std::vector<at::Tensor> tensors{b.flat};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::AVG;
@@ -108,24 +124,10 @@ void GradSync::launch(Bucket& b) {
 }
 
 void GradSync::finish_step() {
-  at::NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
     if (!b.work) launch(b);  // overlap off, or a bucket some of whose gradients never came
   }
-  for (Bucket& b : buckets_) {
-    b.work->wait();  // NCCL: the current stream waits, not the host; Gloo: the host waits
-    std::vector<at::Tensor> grads, spans;
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      at::Tensor& p = params_[b.params[k]];
-      if (p.grad().defined()) {
-        grads.push_back(p.grad());
-        spans.push_back(span(b, k, p.grad()));
-      } else {
-        p.mutable_grad() = span(b, k, p).clone().contiguous(p.suggest_memory_format());
-      }
-    }
-    if (!grads.empty()) at::_foreach_copy_(grads, spans);
-  }
+  for (Bucket& b : buckets_) b.work->wait();  // NCCL: the current stream waits, not the host; Gloo: the host waits
   start_step();
 }
 

@@ -1,7 +1,9 @@
 // Gradient averaging across ranks, as Python's DistributedDataParallel does it: parameters in buckets of
 // ~25 MB in reverse registration order (about the order backward produces their gradients); a bucket is
 // all-reduced (averaged) as soon as its last gradient is accumulated, from an autograd hook, so the
-// communication overlaps the rest of backward; finish() waits for every bucket before the optimizer steps.
+// communication overlaps the rest of backward; finish() waits for every bucket before the optimizer steps. A
+// gradient is copied into its bucket once and then left there, its .grad a view of its span (DDP's
+// gradient_as_bucket_view): the optimizer reads the averages where the all-reduce wrote them, with no copy back.
 //
 // Ours rather than c10d::Reducer (which works from C++ too, docs/multi-gpu.md): Reducer's C++
 // constructor is undocumented and has changed between releases, it rebuilds its buckets after the first step,
@@ -31,7 +33,7 @@ class GradSync {
   // Gradient accumulation: false during the backward passes of the micro-batches before an optimizer step's last
   // (their gradients only add up in .grad), true for the last one, whose hooks then reduce the sums.
   void set_reduce(bool on) { reduce_ = on; }
-  void finish_step();  // after backward: all buckets reduced and their averages written back into .grad
+  void finish_step();  // after backward: all buckets reduced; every .grad is its span of its bucket
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
 
  private:
@@ -45,6 +47,7 @@ class GradSync {
   void on_grad_ready(size_t param);
   void launch(Bucket& bucket);
   at::Tensor span(const Bucket& bucket, size_t k, const at::Tensor& like) const;  // parameter k's part of the bucket
+  bool in_bucket(const Bucket& bucket, size_t k) const;  // parameter k's .grad is its span already
 
   std::vector<at::Tensor> params_;
   std::vector<int> bucket_of_;  // param -> bucket
