@@ -102,20 +102,18 @@ void GradSync::launch(Bucket& b) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> spans, grads;
   for (size_t k = 0; k < b.params.size(); ++k) {
-    at::Tensor& p = params_[b.params[k]];
     if (in_bucket(b, k)) continue;
+    at::Tensor& p = params_[b.params[k]];
+    at::Tensor s = span(b, k, p.grad().defined() ? p.grad() : p);
     if (p.grad().defined()) {
-      spans.push_back(span(b, k, p.grad()));
-      grads.push_back(p.grad());
+      spans.push_back(s);
+      grads.push_back(p.grad());  // kept alive here until the copy below
     } else {
-      span(b, k, p).zero_();  // a parameter that took no part in this step contributes zeros, as in DDP
+      s.zero_();  // a parameter that took no part in this step contributes zeros, as in DDP
     }
+    p.mutable_grad() = s;
   }
   if (!spans.empty()) at::_foreach_copy_(spans, grads);
-  for (size_t k = 0; k < b.params.size(); ++k) {
-    at::Tensor& p = params_[b.params[k]];
-    if (!in_bucket(b, k)) p.mutable_grad() = span(b, k, p.grad().defined() ? p.grad() : p);
-  }
   std::vector<at::Tensor> tensors{b.flat};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::AVG;
