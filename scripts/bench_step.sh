@@ -82,7 +82,9 @@ table() {  # OUT_DIR
   local out=${1:?$usage}
   mkdir -p "$out"
   local precisions=${PRECISIONS:-bf16 fp16} parts=${PARTS:-pinfeed small ex_bn unfused eager compile}
-  local compile_modes=${COMPILE_MODES:-default reduce-overhead} arch=${ARCH:-resnet50}
+  local compile_modes=${COMPILE_MODES:-default reduce-overhead} arch=${ARCH:-resnet50} gemm_sums=", gradient sums in GEMMs"
+  local conv3=", conv3 writing its BN's statistics"
+  case $arch in resnet18 | resnet34) gemm_sums="" conv3="" ;; esac  # BasicBlock: no 1x1 convs, the plain route
   step_data
   cd "$repo"
   pinfeed_row() {  # NAME OVERRIDES...
@@ -119,7 +121,7 @@ table() {  # OUT_DIR
         pinfeed_row "pinfeed-unfused-$p" "train.precision=$p" model.fused_bn=off model.max_pool=aten \
         model.pad_input=off model.fold_grad_add=off
     [[ " $parts " == *" ex_bn "* ]] &&
-      add "pinfeed, fused BatchNorm by cuDNN's ...Ex calls only, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" \
+      add "pinfeed, fused BatchNorm by cuDNN's ...Ex calls only, own max pool$gemm_sums$([ "$p" = fp16 ] && echo ', input padded to 4 channels'), $p" \
         "$out/pinfeed-ex-bn-$p/bench.json" \
         pinfeed_row "pinfeed-ex-bn-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed 'model.bn_graph="off"'
     [[ " $parts " == *" small "* && $p == fp16 ]] &&
@@ -127,7 +129,7 @@ table() {  # OUT_DIR
         "$out/pinfeed-small-$p/bench.json" \
         pinfeed_row "pinfeed-small-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed 'model.bn_graph="small"'
     [[ " $parts " == *" pinfeed "* ]] &&
-      add "pinfeed, fused BatchNorm, own max pool, gradient sums in GEMMs$([ "$p" = fp16 ] && echo ", input padded to 4 channels, conv3 writing its BN's statistics"), $p" \
+      add "pinfeed, fused BatchNorm, own max pool$gemm_sums$([ "$p" = fp16 ] && echo ", input padded to 4 channels$conv3"), $p" \
         "$out/pinfeed-$p/bench.json" \
         pinfeed_row "pinfeed-$p" "train.precision=$p" model.fused_bn=on model.max_pool=pinfeed
   done
